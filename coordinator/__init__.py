@@ -1,0 +1,1 @@
+"""Embedded consumer-group coordinator and cluster-wide feature versioning (KIP-584)."""

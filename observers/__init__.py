@@ -1,0 +1,1 @@
+"""KIP-388 observers: the Observer contract, the fan-out hub and the Parquet audit trail."""

@@ -1,0 +1,156 @@
+"""Correlation tracking: which request each response answers, and what it needs to be read.
+
+A Kafka connection answers requests in the order it received them, so one FIFO of
+:class:`InFlight` records per connection pairs every response with its request: the
+response's correlation id must be the oldest pending one's, else the peer is broken.
+
+Two exceptions shape the tracker (PROTOCOL_NOTES.md):
+
+* Produce with ``acks=0`` gets no response: it is recorded with
+  ``expects_response=False`` and never enters the FIFO.
+* After a successful SaslHandshake **v0** the client sends raw SASL tokens (size-prefixed,
+  no Kafka header) and the broker answers each with a raw token. The tracker counts the
+  rounds the mechanism needs (PLAIN and OAUTHBEARER one, SCRAM two); for other mechanisms
+  (GSSAPI) it treats client frames as tokens until one reads as a Kafka request header.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+from protocol import primitives as p
+from protocol.apis import DEFAULT_REGISTRY, PRODUCE, SASL_HANDSHAKE, ApiRegistry
+from protocol.errors import DecodeError, ProtocolError, Truncated
+from protocol.headers import RequestHeader, decode_request_header, peek_correlation_id
+from protocol.schema import decode
+
+#: SASL rounds (client token, server token) each mechanism needs after a v0 handshake.
+SASL_ROUNDS = {"PLAIN": 1, "OAUTHBEARER": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
+
+
+class FrameKind(Enum):
+    """What a frame on a Kafka connection is."""
+
+    REQUEST = "request"
+    SASL_TOKEN = "sasl-token"
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A request (or raw SASL token) the client sent and what its answer needs."""
+
+    kind: FrameKind
+    header: RequestHeader | None
+    expects_response: bool
+    response_header_version: int = 0
+    #: For SaslHandshake: the mechanism asked for (to enter raw-token mode on success).
+    sasl_mechanism: str | None = None
+
+    @property
+    def correlation_id(self) -> int | None:
+        """The request's correlation id; ``None`` for a raw SASL token."""
+        return self.header.correlation_id if self.header is not None else None
+
+
+class CorrelationMismatch(ProtocolError):
+    """The upstream answered with a correlation id other than the oldest pending one."""
+
+
+def produce_acks(header: RequestHeader, frame: bytes | bytearray | memoryview) -> int:
+    """The ``Acks`` of a Produce request, read without decoding its topic data.
+
+    v0-2 start with Acks; v3+ put TransactionalId first (compact from v9).
+    """
+    stream = io.BytesIO(frame)
+    stream.seek(header.size)
+    if header.api_version >= 3:
+        p.KString(compact=header.api_version >= 9, nullable=True)._parsereport(stream, None, "")
+    acks: int = int.from_bytes(p.read_exact(stream, 2), "big", signed=True)
+    return acks
+
+
+class CorrelationTracker:
+    """The sans-IO request/response pairing of one client connection."""
+
+    def __init__(self, registry: ApiRegistry = DEFAULT_REGISTRY) -> None:
+        self.registry = registry
+        self._pending: deque[InFlight] = deque()
+        self._sasl_rounds: int | None = 0  # None: until a frame reads as a Kafka request
+
+    def __len__(self) -> int:
+        """Requests (and tokens) still waiting for their response."""
+        return len(self._pending)
+
+    @property
+    def in_sasl_exchange(self) -> bool:
+        """True while client frames are raw SASL tokens (after a v0 handshake)."""
+        return self._sasl_rounds != 0
+
+    def on_request(self, frame: bytes | bytearray | memoryview) -> InFlight:
+        """Classify and record a frame the client sent; returns its record."""
+        if self.in_sasl_exchange and not self._looks_like_request(frame):
+            record = InFlight(FrameKind.SASL_TOKEN, None, expects_response=True)
+            self._pending.append(record)
+            return record
+        self._sasl_rounds = 0
+        header = decode_request_header(frame, self.registry)
+        api = self.registry.get(header.api_key)
+        known = api is not None and header.api_version in api.versions
+        expects = True
+        mechanism = None
+        if known and header.api_key == PRODUCE:
+            expects = produce_acks(header, frame) != 0
+        elif known and header.api_key == SASL_HANDSHAKE and header.api_version == 0:
+            assert api is not None
+            body = decode(api.request, 0, memoryview(frame)[header.size :])
+            mechanism = body["Mechanism"]
+        response_version = (
+            api.response_header_version(header.api_version) if api is not None and known else 0
+        )
+        record = InFlight(FrameKind.REQUEST, header, expects, response_version, mechanism)
+        if expects:
+            self._pending.append(record)
+        return record
+
+    def on_response(self, frame: bytes | bytearray | memoryview) -> InFlight:
+        """Pair a frame from the upstream with the oldest pending request."""
+        if not self._pending:
+            raise CorrelationMismatch("upstream sent a response with no request pending")
+        head = self._pending[0]
+        if head.kind is FrameKind.REQUEST:
+            correlation_id = peek_correlation_id(frame)
+            if correlation_id != head.correlation_id:
+                raise CorrelationMismatch(
+                    f"upstream answered correlation id {correlation_id}, "
+                    f"expected {head.correlation_id}"
+                )
+        self._pending.popleft()
+        if head.kind is FrameKind.SASL_TOKEN:
+            if self._sasl_rounds is not None and self._sasl_rounds > 0:
+                self._sasl_rounds -= 1
+        elif head.sasl_mechanism is not None:
+            self._enter_sasl_if_accepted(head, frame)
+        return head
+
+    def _enter_sasl_if_accepted(self, head: InFlight, frame: bytes | bytearray | memoryview) -> None:
+        api = self.registry.api(SASL_HANDSHAKE)
+        try:
+            body = decode(api.response, 0, memoryview(frame)[4:])
+        except DecodeError:
+            return  # not our business to fail it: the client will read the same bytes
+        if body["ErrorCode"] == 0:
+            assert head.sasl_mechanism is not None
+            self._sasl_rounds = SASL_ROUNDS.get(head.sasl_mechanism.upper())
+
+    def _looks_like_request(self, frame: bytes | bytearray | memoryview) -> bool:
+        if self._sasl_rounds is not None:
+            return False  # a known mechanism: count rounds, never guess
+        try:
+            header = decode_request_header(frame, self.registry)
+        except (Truncated, DecodeError):
+            return False
+        api = self.registry.get(header.api_key)
+        return api is not None and header.api_version in api.versions

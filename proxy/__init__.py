@@ -1,0 +1,1 @@
+"""The trio shell: listeners, per-connection pumps, upstream links, local handlers."""

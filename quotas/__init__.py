@@ -1,0 +1,1 @@
+"""KIP-612 connection-creation quotas: Kafka's sampled rate and accept decisions (sans-IO)."""

@@ -1,0 +1,1 @@
+"""PySpark jobs over the audit Parquet written by :mod:`observers.audit`."""

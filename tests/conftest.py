@@ -1,0 +1,162 @@
+"""Shared test configuration: Hypothesis profiles and the real components.
+
+Session-scoped fixtures start real processes through `proxy.rig`, once per test session and only
+if some selected test asks for them: `tansu` (a broker), `zookeeper`, `spark` (a local[2]
+session). Their logs live under the session's pytest temp dir (`.../rig0/`). When a test fails,
+its report gets a section per component it used, with what that component logged during the
+test (or, if nothing, the last lines before). Processes are stopped by the fixture finalizers,
+which pytest also runs after a Ctrl-C, and failing that by `proxy.rig.process`'s atexit sweep.
+
+Hypothesis: `HYPOTHESIS_PROFILE=ci` (the default: derandomized, 100 examples, no deadline) or
+`HYPOTHESIS_PROFILE=deep` (2,000 examples, random).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from proxy.rig.process import read_tail
+from proxy.rig.tansu import TansuServer, start_broker
+from proxy.rig.zookeeper import ZooKeeperServer, start_zookeeper
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=100,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "deep",
+    max_examples=2000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+LOG_LINES = 60
+"""How many log lines a failure report shows per component."""
+
+# fixture name -> that component's log file, filled in as components start.
+_component_logs: dict[str, Path] = {}
+_log_offsets = pytest.StashKey[dict[str, int]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    """Remember how long each component's log was before the test, to show only its part."""
+    item.stash[_log_offsets] = {name: _size(path) for name, path in _component_logs.items()}
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the logs of the components a failed test used to its report."""
+    report = yield
+    if report.failed:
+        offsets = item.stash.get(_log_offsets, {})
+        for name in item.fixturenames:
+            path = _component_logs.get(name)
+            if path is not None:
+                title, text = _log_section(path, offsets.get(name, 0))
+                report.sections.append((f"{name} {title} ({path})", text))
+    return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _log_section(path: Path, offset: int) -> tuple[str, str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            during = f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return "log", "(no log file)"
+    if during.strip():
+        return "log during this test", "\n".join(during.splitlines()[-LOG_LINES:])
+    return "log tail (nothing logged during this test)", read_tail(path, LOG_LINES)
+
+
+def _started(name: str, log_path: Path) -> None:
+    _component_logs[name] = log_path
+
+
+@pytest.fixture(scope="session")
+def rig_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's directory for component logs, configs and data."""
+    return tmp_path_factory.mktemp("rig")
+
+
+@pytest.fixture(scope="session")
+def tansu(rig_dir: Path) -> Iterator[TansuServer]:
+    """A real Tansu broker on a free loopback port: `.bootstrap`, `.host`, `.port`.
+
+    Shared by the whole session and memory-backed: use unique topic and group names.
+    """
+    with start_broker(rig_dir) as broker:
+        _started("tansu", broker.log_path)
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def zookeeper(rig_dir: Path) -> Iterator[ZooKeeperServer]:
+    """A real standalone ZooKeeper on a free loopback port: `.connect` is "127.0.0.1:PORT"."""
+    with start_zookeeper(rig_dir) as server:
+        _started("zookeeper", server.log_path)
+        yield server
+
+
+@pytest.fixture(scope="session")
+def spark(rig_dir: Path) -> Iterator[SparkSession]:
+    """A local[2] SparkSession bound to loopback (UTC, 2 shuffle partitions, no type inference
+    for partition columns)."""
+    from proxy.rig.spark import spark_log_path, start_spark, stop_spark
+
+    session = start_spark(rig_dir, app_name="ksidecar-tests")
+    _started("spark", spark_log_path(rig_dir))
+    try:
+        yield session
+    finally:
+        stop_spark(session)
+
+
+@pytest.fixture
+def zk_path(request: pytest.FixtureRequest, zookeeper: ZooKeeperServer) -> Iterator[str]:
+    """A ZooKeeper path no other test uses (not created); removed with its children afterwards."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:80]
+    path = f"/ksidecar-tests/{slug}-{uuid.uuid4().hex[:8]}"
+    yield path
+    _delete_tree(zookeeper.connect, path)
+
+
+def _delete_tree(connect: str, path: str) -> None:
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=connect, timeout=10.0)
+    client.start(timeout=10.0)
+    try:
+        if client.exists(path):
+            client.delete(path, recursive=True)
+    finally:
+        client.stop()
+        client.close()
+

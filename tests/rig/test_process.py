@@ -1,0 +1,102 @@
+"""`ManagedProcess` and the port picker, against small real commands (no broker needed)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from proxy.rig import ComponentStartError, ManagedProcess, free_port
+from proxy.rig.process import read_tail
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_command_that_exits_at_once_raises_with_its_output(tmp_path: Path) -> None:
+    script = "import sys; print('boom: no config file'); sys.exit(3)"
+    proc = ManagedProcess(
+        "early-exit",
+        [sys.executable, "-c", script],
+        log_path=tmp_path / "early.log",
+        probe=lambda: False,
+        start_timeout=10,
+    )
+    with pytest.raises(ComponentStartError) as info:
+        proc.start()
+    message = str(info.value)
+    assert "early-exit did not start: exited before it was ready" in message
+    assert "boom: no config file" in message
+    assert "exit code: 3" in message
+    assert info.value.returncode == 3
+    assert info.value.exited
+
+
+def test_a_missed_deadline_raises_with_the_last_probe_error_and_stops_the_process(
+    tmp_path: Path,
+) -> None:
+    def probe() -> bool:
+        raise ConnectionRefusedError("nobody listening")
+
+    proc = ManagedProcess(
+        "sleeper",
+        [sys.executable, "-c", "print('started', flush=True); import time; time.sleep(60)"],
+        log_path=tmp_path / "sleeper.log",
+        probe=probe,
+        start_timeout=1.0,
+        stop_grace=5.0,
+    )
+    with pytest.raises(ComponentStartError) as info:
+        proc.start()
+    assert "not ready after 1.0s" in str(info.value)
+    assert "ConnectionRefusedError: nobody listening" in str(info.value)
+    assert not info.value.exited
+    assert proc.pid is not None and not _alive(proc.pid)
+
+
+def test_stop_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -> None:
+    # The shell and its `sleep` child both ignore SIGTERM (an ignored signal survives exec).
+    log = tmp_path / "stubborn.log"
+    proc = ManagedProcess(
+        "stubborn",
+        ["sh", "-c", "trap '' TERM; echo ready; sleep 60 & wait"],
+        log_path=log,
+        probe=lambda: "ready" in read_tail(log),
+        stop_grace=0.3,
+    )
+    began = time.monotonic()
+    with proc:
+        assert proc.running
+    assert proc.returncode == -9
+    assert time.monotonic() - began < 10
+    assert not proc.running
+
+
+def test_log_tail_returns_the_last_lines(tmp_path: Path) -> None:
+    log = tmp_path / "counter.log"
+    script = "for i in range(100): print(f'line {i}')\nimport time; time.sleep(60)"
+    with ManagedProcess(
+        "counter",
+        [sys.executable, "-u", "-c", script],
+        log_path=log,
+        probe=lambda: "line 99" in read_tail(log),
+    ) as proc:
+        assert proc.log_tail(3).splitlines() == ["line 97", "line 98", "line 99"]
+        assert proc.startup_seconds is not None
+
+
+def test_free_ports_are_distinct_and_bindable() -> None:
+    ports = {free_port() for _ in range(20)}
+    assert len(ports) == 20
+    for port in list(ports)[:3]:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
