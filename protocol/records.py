@@ -81,6 +81,8 @@ DEFAULT_MAX_BATCH_SIZE: Final = 100 * 1024 * 1024
 DEFAULT_MAX_INFLATED_SIZE: Final = 16 * 1024 * 1024
 
 _CORRUPT: Final = ErrorCode.CORRUPT_MESSAGE
+#: A batch size no int32 length can exceed: inside an inflated set, overruns are truncation.
+_NO_LIMIT: Final = 2**31 + LOG_OVERHEAD
 
 # --- schemas (the declaration) ------------------------------------------------------
 
@@ -615,7 +617,7 @@ def _inner_messages(
     pos = count = first = last = 0
     crc_ok = True
     while pos < len(view):
-        found = _delimit(view, pos, len(view), where)
+        found = _delimit(view, pos, _NO_LIMIT, where)
         if found is None:
             raise Truncated(
                 f"message at byte {pos}{where}: the message set ends inside it",

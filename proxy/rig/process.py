@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -102,7 +103,8 @@ class ManagedProcess:
             raise RuntimeError(f"{self.name} was already started")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            log.write(f"# rig: starting {self.name}: {' '.join(self.argv)}\n".encode())
+            command = shlex.join(self.argv).replace("\n", "\\n")
+            log.write(f"# rig: starting {self.name}: {command}\n".encode())
             log.flush()
             try:
                 self._popen = subprocess.Popen(

@@ -15,11 +15,16 @@ from proxy.rig.process import read_tail
 
 
 def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its parent to reap it does not count)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_command_that_exits_at_once_raises_with_its_output(tmp_path: Path) -> None:
@@ -52,33 +57,44 @@ def test_a_missed_deadline_raises_with_the_last_probe_error_and_stops_the_proces
         [sys.executable, "-c", "print('started', flush=True); import time; time.sleep(60)"],
         log_path=tmp_path / "sleeper.log",
         probe=probe,
-        start_timeout=1.0,
+        start_timeout=0.5,
         stop_grace=5.0,
     )
     with pytest.raises(ComponentStartError) as info:
         proc.start()
-    assert "not ready after 1.0s" in str(info.value)
+    assert "not ready after 0.5s" in str(info.value)
     assert "ConnectionRefusedError: nobody listening" in str(info.value)
     assert not info.value.exited
     assert proc.pid is not None and not _alive(proc.pid)
 
 
 def test_stop_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -> None:
-    # The shell and its `sleep` child both ignore SIGTERM (an ignored signal survives exec).
+    # Parent and child both ignore SIGTERM (an ignored signal stays ignored across exec).
     log = tmp_path / "stubborn.log"
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print('child', child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
     proc = ManagedProcess(
         "stubborn",
-        ["sh", "-c", "trap '' TERM; echo ready; sleep 60 & wait"],
+        [sys.executable, "-c", script],
         log_path=log,
-        probe=lambda: "ready" in read_tail(log),
+        probe=lambda: read_tail(log, 1).startswith("child "),
         stop_grace=0.3,
     )
     began = time.monotonic()
     with proc:
         assert proc.running
+        child_pid = int(read_tail(log, 1).split()[1])
     assert proc.returncode == -9
     assert time.monotonic() - began < 10
-    assert not proc.running
+    deadline = time.monotonic() + 5
+    while _alive(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the child is not ours to reap: it was reparented
+    assert not _alive(child_pid)
 
 
 def test_log_tail_returns_the_last_lines(tmp_path: Path) -> None:
