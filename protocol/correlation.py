@@ -89,12 +89,14 @@ class CorrelationTracker:
         """True while client frames are raw SASL tokens (after a v0 handshake)."""
         return self._sasl_rounds != 0
 
-    def on_request(self, frame: bytes | bytearray | memoryview) -> InFlight:
-        """Classify and record a frame the client sent; returns its record."""
+    def classify(self, frame: bytes | bytearray | memoryview) -> InFlight:
+        """Read what a client frame is (header, whether it expects a response).
+
+        Nothing is recorded: call :meth:`expect` for frames sent on to the upstream, so
+        requests the sidecar answers itself never wait in the upstream FIFO.
+        """
         if self.in_sasl_exchange and not self._looks_like_request(frame):
-            record = InFlight(FrameKind.SASL_TOKEN, None, expects_response=True)
-            self._pending.append(record)
-            return record
+            return InFlight(FrameKind.SASL_TOKEN, None, expects_response=True)
         self._sasl_rounds = 0
         header = decode_request_header(frame, self.registry)
         api = self.registry.get(header.api_key)
@@ -110,10 +112,12 @@ class CorrelationTracker:
         response_version = (
             api.response_header_version(header.api_version) if api is not None and known else 0
         )
-        record = InFlight(FrameKind.REQUEST, header, expects, response_version, mechanism)
-        if expects:
+        return InFlight(FrameKind.REQUEST, header, expects, response_version, mechanism)
+
+    def expect(self, record: InFlight) -> None:
+        """Record that ``record`` went to the upstream and its response will follow."""
+        if record.expects_response:
             self._pending.append(record)
-        return record
 
     def on_response(self, frame: bytes | bytearray | memoryview) -> InFlight:
         """Pair a frame from the upstream with the oldest pending request."""

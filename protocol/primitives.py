@@ -284,7 +284,8 @@ class KArray(c.Construct):  # type: ignore[misc]
         if n > remaining and not _zero_width(self.subcon):
             raise Truncated(f"array announces {n} elements, {remaining} byte(s) left")
         parse = self.subcon._parsereport
-        return c.ListContainer(parse(stream, context, path) for _ in range(n))
+        items: list[Any] = c.ListContainer(parse(stream, context, path) for _ in range(n))
+        return items
 
     def _build(self, obj: Sequence[Any] | None, stream: io.BytesIO, context: Any, path: str) -> Any:
         if obj is None:

@@ -12,7 +12,7 @@ they turn any failure on untrusted bytes into a :mod:`protocol.errors` exception
 from __future__ import annotations
 
 import io
-import struct as _struct
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -165,7 +165,7 @@ def _parse(schema: p.KStruct, stream: io.BytesIO, spec: MessageSpec, version: in
         raise
     except c.StreamError as exc:
         raise Truncated(f"{spec.name} v{version}: input ended early ({exc})") from None
-    except (c.ConstructError, _struct.error, ValueError, OverflowError) as exc:
+    except (c.ConstructError, struct.error, ValueError, OverflowError) as exc:
         raise InvalidValue(f"{spec.name} v{version}: {exc}") from None
 
 
@@ -179,6 +179,6 @@ def encode(spec: MessageSpec, version: int, value: Mapping[str, Any]) -> bytes:
         raise EncodeError(str(exc)) from None
     except EncodeError:
         raise
-    except (c.ConstructError, _struct.error, ValueError, TypeError, OverflowError) as exc:
+    except (c.ConstructError, struct.error, ValueError, TypeError, OverflowError) as exc:
         raise EncodeError(f"{spec.name} v{version}: {exc}") from None
     return stream.getvalue()

@@ -85,12 +85,12 @@ def parse_endpoints(key: str, value: str) -> tuple[Endpoint, ...]:
     return tuple(endpoints)
 
 
-def parse_hostport(key: str, value: str) -> HostPort:
-    """``host:port`` (``[::1]:9092`` for IPv6)."""
+def parse_hostport(key: str, value: str, *, allow_zero: bool = False) -> HostPort:
+    """``host:port`` (``[::1]:9092`` for IPv6); port 0 only where ``allow_zero``."""
     match = _HOSTPORT.match(value.strip())
     if match is None:
         raise ConfigError(f"{key}={value!r}: expected host:port (e.g. 127.0.0.1:9092)")
-    return HostPort(match["host"].strip("[]"), _port(key, value, match["port"]))
+    return HostPort(match["host"].strip("[]"), _port(key, value, match["port"], allow_zero=allow_zero))
 
 
 def parse_address_map(key: str, value: str) -> dict[int, HostPort]:
@@ -185,7 +185,7 @@ def _str(key: str, value: str) -> str:
 
 
 def _optional_hostport(key: str, value: str) -> HostPort | None:
-    return parse_hostport(key, value) if value.strip() else None
+    return parse_hostport(key, value, allow_zero=True) if value.strip() else None
 
 
 def _ints(key: str, value: str) -> tuple[int, ...]:
@@ -318,9 +318,10 @@ class SidecarConfig:
 
     def advertised(self, name: str) -> Endpoint:
         """The advertised endpoint of listener ``name``."""
-        for endpoint in self.values["advertised.listeners"] or self.listeners:
+        advertised: tuple[Endpoint, ...] = self.values["advertised.listeners"] or self.listeners
+        for endpoint in advertised:
             if endpoint.name == name:
-                return endpoint  # type: ignore[no-any-return]
+                return endpoint
         raise KeyError(name)
 
     def security_protocol(self, listener: str) -> str:
@@ -347,12 +348,12 @@ def build_config(raw: Mapping[str, str]) -> SidecarConfig:
         elif name.startswith("observer."):
             observer[name] = value
         elif name.startswith("listener.name."):
-            listener, _, key = name[len("listener.name.") :].partition(".")
-            if key not in _BY_NAME or key not in LISTENER_KEYS:
+            listener, _, sub_key = name[len("listener.name.") :].partition(".")
+            if sub_key not in LISTENER_KEYS:
                 raise ConfigError(
-                    f"{name}: {key!r} cannot be set per listener (allowed: {', '.join(LISTENER_KEYS)})"
+                    f"{name}: {sub_key!r} cannot be set per listener (allowed: {', '.join(LISTENER_KEYS)})"
                 )
-            overrides.setdefault(listener.upper(), {})[key] = _BY_NAME[key].read(value)
+            overrides.setdefault(listener.upper(), {})[sub_key] = _BY_NAME[sub_key].read(value)
         else:
             log.warning("ignoring unknown configuration key %s", name)
     for key in KEYS:

@@ -69,7 +69,7 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed:
         offsets = item.stash.get(_log_offsets, {})
-        for name in item.fixturenames:
+        for name in getattr(item, "fixturenames", ()):
             path = _component_logs.get(name)
             if path is not None:
                 title, text = _log_section(path, offsets.get(name, 0))
@@ -159,4 +159,3 @@ def _delete_tree(connect: str, path: str) -> None:
     finally:
         client.stop()
         client.close()
-

@@ -14,8 +14,9 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from proxy.rig.errors import ComponentStartError
 from proxy.rig.process import read_tail
@@ -64,6 +65,9 @@ def start_spark(
     }
     for key, value in settings.items():
         conf.set(key, value)
+    # Marks our JVM's command line, so it can be found if launch_gateway is interrupted.
+    token = uuid.uuid4().hex
+    conf.set("spark.ksidecar.rig.token", token)
     # Spark warns and picks a non-loopback address unless told; launch_gateway copies os.environ.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log_path = spark_log_path(log_dir)
@@ -78,33 +82,41 @@ def start_spark(
                     "start_new_session": True,
                 },
             )
-        except Exception as exc:
-            raise ComponentStartError(
-                "spark", str(exc), log_tail=read_tail(log_path), log_path=str(log_path)
-            ) from exc
+        except BaseException as exc:
+            # launch_gateway keeps its Popen to itself when it fails or is interrupted (Ctrl-C
+            # while the JVM boots), and a JVM that has not finished booting ignores its stdin.
+            _kill_groups_marked(token)
+            if isinstance(exc, Exception):
+                raise ComponentStartError(
+                    "spark", str(exc), log_tail=read_tail(log_path), log_path=str(log_path)
+                ) from exc
+            raise
     try:
         context = SparkContext(conf=conf, gateway=gateway)
         return SparkSession(context)
     except BaseException:
-        _stop_gateway()
+        _stop_gateway(gateway)
         raise
 
 
 def stop_spark(spark: SparkSession, grace: float = 10.0) -> None:
     """Stop the session and its driver JVM (closing its stdin, then SIGKILL after `grace`)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
     try:
         spark.stop()
     finally:
-        _stop_gateway(grace)
+        _stop_gateway(gateway, grace)
 
 
-def _stop_gateway(grace: float = 10.0) -> None:
+def _stop_gateway(gateway: Any, grace: float = 10.0) -> None:
     from pyspark import SparkContext
 
     # pyspark keeps the gateway on the class and reuses it; a later session must launch anew.
-    gateway = SparkContext._gateway
-    SparkContext._gateway = None
-    SparkContext._jvm = None
+    if SparkContext._gateway is gateway:
+        SparkContext._gateway = None
+        SparkContext._jvm = None
     if gateway is None:
         return
     proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
@@ -115,9 +127,30 @@ def _stop_gateway(grace: float = 10.0) -> None:
         return
     # The gateway JVM exits when its stdin closes (that is how pyspark tears it down).
     if proc.stdin is not None:
-        proc.stdin.close()
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
     try:
         proc.wait(grace)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _kill_groups_marked(token: str) -> None:
+    """SIGKILL the process group of every process whose command line contains `token`."""
+    marker = token.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker not in (entry / "cmdline").read_bytes():
+                continue
+            pid = int(entry.name)
+            pgid = os.getpgid(pid)
+            if pgid == os.getpgrp():
+                os.kill(pid, signal.SIGKILL)
+            else:
+                os.killpg(pgid, signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read

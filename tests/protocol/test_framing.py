@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -58,7 +60,7 @@ def test_any_split_gives_the_same_frames(bodies: list[bytes], cuts: list[int]) -
     points = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
     d = FrameDecoder()
     got: list[bytes] = []
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         d.receive_data(stream[a:b])
         got += frames_of(d)
     d.receive_data(b"")

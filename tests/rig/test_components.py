@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+    AdminClient,
+    NewTopic,
+)
 from kazoo.client import KazooClient
 
 from proxy.rig.tansu import TansuServer, start_proxy
@@ -31,7 +34,9 @@ def _unique(prefix: str) -> str:
 
 def _create_topic(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]
+    )
     futures[topic].result(timeout=30)
 
 
@@ -70,7 +75,9 @@ def _consume_in_group(
             batch = consumer.consume(num_messages=500, timeout=1.0)
             for message in batch:
                 assert message.error() is None, message.error()
-                values.append(message.value())
+                value = message.value()
+                assert value is not None
+                values.append(value)
             if batch:
                 consumer.commit(asynchronous=False)
         partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]

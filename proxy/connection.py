@@ -1,0 +1,376 @@
+"""One client connection: three tasks around one upstream link.
+
+* the **client pump** reads request frames, asks the :class:`~proxy.router.Router` what
+  to do with each, and either forwards the original bytes upstream, answers locally, or
+  answers "unsupported" (KIP-35);
+* the **upstream pump** reads response frames, pairs each with its request through the
+  :class:`~protocol.correlation.CorrelationTracker`, and rewrites broker addresses where
+  a response names brokers;
+* the **writer** sends responses to the client strictly in request order: every request
+  that expects an answer takes a :class:`Slot` in one FIFO when it arrives, whoever
+  fills it, and the writer sends the ready prefix of that FIFO in one write.
+
+Backpressure: the client pump stops reading while the FIFO holds
+``sidecar.max.in.flight.requests.per.connection`` slots or the ready responses waiting
+for the client exceed ``sidecar.max.buffered.bytes.per.connection``.
+
+Every way a connection ends is one log line and one ``ksidecar_connections_closed``
+reason; errors on one connection never reach another.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
+
+from protocol.correlation import CorrelationTracker, FrameKind, InFlight
+from protocol.errors import FrameError, ProtocolError
+from protocol.framing import EOF, NEED_DATA, FrameDecoder, size_prefix
+from protocol.headers import encode_response_header
+from proxy.router import Decision
+from proxy.upstream import UpstreamError
+
+if TYPE_CHECKING:
+    from proxy.server import Sidecar
+
+log = logging.getLogger(__name__)
+
+RECEIVE_SIZE = 65536
+
+
+class ConnectionClosed(Exception):
+    """Ends a connection; ``reason`` becomes the metric label, ``detail`` the log line."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class Slot:
+    """A response position in the client's FIFO."""
+
+    record: InFlight
+    api_label: str
+    received_at: float
+    data: bytes | memoryview | None = None
+    forwarded_at: float = 0.0
+    answered_at: float = 0.0
+    local: bool = False
+
+
+@dataclass
+class ConnectionStats:
+    """Counters one connection keeps (for logs and tests)."""
+
+    requests: int = 0
+    responses: int = 0
+    local: int = 0
+    forwarded_bytes: int = 0
+    rewritten: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Connection:
+    """A client connection and its upstream link; :meth:`run` serves it to the end."""
+
+    def __init__(
+        self,
+        sidecar: Sidecar,
+        client: trio.abc.Stream,
+        listener: str,
+        peer: tuple[str, int],
+    ) -> None:
+        self.sidecar = sidecar
+        self.client = client
+        self.listener = listener
+        self.peer = peer
+        config = sidecar.config
+        self.max_in_flight: int = config["sidecar.max.in.flight.requests.per.connection"]
+        self.max_buffered: int = config["sidecar.max.buffered.bytes.per.connection"]
+        self.idle_timeout: float = config["connections.max.idle.ms"] / 1000
+        self.tracker = CorrelationTracker(sidecar.registry)
+        self.router = sidecar.router_for(listener)
+        self.slots: deque[Slot] = deque()
+        self.upstream_slots: deque[Slot] = deque()
+        self.ready_bytes = 0
+        self.stats = ConnectionStats()
+        self._wake_writer = trio.Event()
+        self._wake_reader = trio.Event()
+        self._reading = True
+        self.read_scope = trio.CancelScope()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve the connection until it ends; never raises for a peer's fault."""
+        metrics = self.sidecar.metrics
+        reason, detail = "client_closed", ""
+        upstream: trio.abc.Stream | None = None
+        try:
+            upstream = await self.sidecar.upstream.connect()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._client_pump, upstream, nursery.cancel_scope)
+                nursery.start_soon(self._upstream_pump, upstream, nursery.cancel_scope)
+                nursery.start_soon(self._writer, nursery.cancel_scope)
+        except UpstreamError as exc:
+            reason, detail = "upstream_unreachable", str(exc)
+        except BaseExceptionGroup as group:
+            reason, detail = _reason_of(group)
+        finally:
+            if upstream is not None:
+                await trio.aclose_forcefully(upstream)
+            await trio.aclose_forcefully(self.client)
+        if reason not in ("client_closed", "drained"):
+            metrics.errors.labels(reason).inc()
+            log.info(
+                "closed %s:%d on %s: %s%s", self.peer[0], self.peer[1], self.listener, reason,
+                f" ({detail})" if detail else "",
+            )
+        metrics.connections_closed.labels(self.listener, reason).inc()
+
+    def stop_reading(self) -> None:
+        """Stop taking new requests (shutdown drain); in-flight ones still complete."""
+        self.read_scope.cancel()
+
+    # -- client side -------------------------------------------------------------------
+
+    async def _client_pump(self, upstream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        decoder = FrameDecoder(self.sidecar.config["socket.request.max.bytes"])
+        with self.read_scope:
+            while True:
+                await self._wait_for_capacity()
+                data = await self._receive_client()
+                decoder.receive_data(data)
+                parts: list[bytes | memoryview] = []
+                while True:
+                    try:
+                        frame = decoder.next_frame()
+                    except FrameError as exc:
+                        raise ConnectionClosed(_frame_cause(exc), str(exc)) from None
+                    except ProtocolError as exc:  # EOF inside a frame
+                        raise ConnectionClosed("truncated", str(exc)) from None
+                    if frame is EOF:
+                        await self._send_upstream(upstream, parts)
+                        await self._finish_after_eof(scope)
+                        return
+                    if frame is NEED_DATA:
+                        break
+                    await self._on_request(frame, parts, upstream)
+                await self._send_upstream(upstream, parts)
+        # Draining: no more requests; let the writer finish what is in flight.
+        self._reading = False
+        self._wake_writer.set()
+
+    async def _receive_client(self) -> bytes:
+        while True:
+            with trio.move_on_after(self.idle_timeout):
+                return bytes(await self.client.receive_some(RECEIVE_SIZE))
+            if not self.slots:
+                raise ConnectionClosed("idle", f"no request for {self.idle_timeout:g}s")
+
+    async def _finish_after_eof(self, scope: trio.CancelScope) -> None:
+        # The client closed its side: answers cannot be delivered, so stop everything.
+        scope.cancel()
+
+    async def _wait_for_capacity(self) -> None:
+        while len(self.slots) >= self.max_in_flight or self.ready_bytes > self.max_buffered:
+            self._wake_reader = trio.Event()
+            await self._wake_reader.wait()
+
+    async def _on_request(
+        self, frame: memoryview, parts: list[bytes | memoryview], upstream: trio.abc.Stream
+    ) -> None:
+        sidecar = self.sidecar
+        metrics = sidecar.metrics
+        body = frame[4:]
+        try:
+            record = self.tracker.classify(body)
+        except ProtocolError as exc:
+            raise ConnectionClosed("bad_header", str(exc)) from None
+        now = trio.current_time()
+        self.stats.requests += 1
+        if record.kind is FrameKind.SASL_TOKEN:
+            self._forward(record, "SaslToken", frame, parts, now)
+            return
+        header = record.header
+        assert header is not None
+        api_label = metrics.api_label(header.api_key)
+        metrics.request_bytes.labels(api_label).inc(len(frame))
+        decision = self.router.decide(header)
+        version_label = metrics.version_label(header.api_key, header.api_version)
+        metrics.requests.labels(api_label, version_label, decision.value).inc()
+        if decision is Decision.FORWARD:
+            self._forward(record, api_label, frame, parts, now)
+            return
+        if decision is Decision.UNSUPPORTED:
+            metrics.unsupported.labels(metrics.unknown_key_label(header.api_key)).inc()
+            if sidecar.config["sidecar.unsupported.request.policy"] == "close":
+                raise ConnectionClosed(
+                    "unsupported_request",
+                    f"api key {header.api_key} v{header.api_version} is not supported",
+                )
+            # KIP-35 draft: a response holding only the correlation id, connection kept.
+            response = size_prefix(4) + header.correlation_id.to_bytes(4, "big", signed=True)
+            self._answer_locally(record, api_label, response, now)
+            return
+        version, response_body = self.router.answer(header, body[header.size :], self)
+        api = sidecar.registry.api(header.api_key)
+        head = encode_response_header(header.correlation_id, api.response_header_version(version))
+        response = size_prefix(len(head) + len(response_body)) + head + response_body
+        metrics.local.labels(api_label).inc()
+        self.stats.local += 1
+        self._answer_locally(record, api_label, response, now)
+
+    def _forward(
+        self,
+        record: InFlight,
+        api_label: str,
+        frame: memoryview,
+        parts: list[bytes | memoryview],
+        now: float,
+    ) -> None:
+        parts.append(frame)
+        self.stats.forwarded_bytes += len(frame)
+        self.tracker.expect(record)
+        if record.expects_response:
+            slot = Slot(record, api_label, now, forwarded_at=now)
+            self.slots.append(slot)
+            self.upstream_slots.append(slot)
+
+    def _answer_locally(self, record: InFlight, api_label: str, response: bytes, now: float) -> None:
+        slot = Slot(record, api_label, now, data=response, answered_at=now, local=True)
+        self.slots.append(slot)
+        self.ready_bytes += len(response)
+        self._wake_writer.set()
+
+    async def _send_upstream(self, upstream: trio.abc.Stream, parts: list[bytes | memoryview]) -> None:
+        if not parts:
+            return
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        try:
+            await upstream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise ConnectionClosed("upstream_reset", f"sending to the broker failed: {exc}") from None
+
+    # -- upstream side -----------------------------------------------------------------
+
+    async def _upstream_pump(self, upstream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        decoder = FrameDecoder(self.sidecar.config["sidecar.response.max.bytes"])
+        while True:
+            try:
+                data = await upstream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, OSError) as exc:
+                raise ConnectionClosed("upstream_reset", str(exc)) from None
+            if not data:
+                if self.upstream_slots:
+                    raise ConnectionClosed(
+                        "upstream_reset",
+                        f"broker closed the connection with {len(self.upstream_slots)} request(s) pending",
+                    )
+                raise ConnectionClosed("upstream_closed", "broker closed the connection")
+            decoder.receive_data(data)
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except ProtocolError as exc:
+                    raise ConnectionClosed("bad_response", str(exc)) from None
+                if frame is NEED_DATA or frame is EOF:
+                    break
+                self._on_response(frame)
+
+    def _on_response(self, frame: memoryview) -> None:
+        body = frame[4:]
+        try:
+            record = self.tracker.on_response(body)
+        except ProtocolError as exc:
+            raise ConnectionClosed("correlation_mismatch", str(exc)) from None
+        slot = self.upstream_slots.popleft()
+        assert slot.record is record
+        slot.answered_at = trio.current_time()
+        data: bytes | memoryview = frame
+        header = record.header
+        if header is not None:
+            try:
+                rewritten = self.router.rewrite_response(header, record.response_header_version, body)
+            except ProtocolError as exc:
+                # Passing on a response we cannot read could leak a broker address.
+                raise ConnectionClosed("bad_response", f"{slot.api_label} response: {exc}") from None
+            if rewritten is not None:
+                data = rewritten
+                self.stats.rewritten += 1
+        slot.data = data
+        self.ready_bytes += len(data)
+        self._wake_writer.set()
+
+    # -- writer ------------------------------------------------------------------------
+
+    async def _writer(self, scope: trio.CancelScope) -> None:
+        metrics = self.sidecar.metrics
+        while True:
+            self._wake_writer = trio.Event()
+            batch: list[bytes | memoryview] = []
+            done: list[Slot] = []
+            while self.slots and self.slots[0].data is not None:
+                slot = self.slots.popleft()
+                assert slot.data is not None
+                batch.append(slot.data)
+                done.append(slot)
+            if batch:
+                data = batch[0] if len(batch) == 1 else b"".join(batch)
+                await self.client.send_all(data)
+                now = trio.current_time()
+                for slot in done:
+                    size = len(slot.data) if slot.data is not None else 0
+                    self.ready_bytes -= size
+                    label = slot.api_label
+                    metrics.responses.labels(label).inc()
+                    metrics.response_bytes.labels(label).inc(size)
+                    upstream_time = 0.0 if slot.local else slot.answered_at - slot.forwarded_at
+                    if not slot.local:
+                        metrics.upstream_latency.labels(label).observe(upstream_time)
+                    metrics.sidecar_latency.labels(label).observe(
+                        max(0.0, now - slot.received_at - upstream_time)
+                    )
+                    slot.data = None
+                self.stats.responses += len(done)
+                self._wake_reader.set()
+                continue
+            if not self._reading and not self.slots:
+                raise ConnectionClosed("drained")
+            await self._wake_writer.wait()
+
+
+def _reason_of(group: BaseExceptionGroup[BaseException]) -> tuple[str, str]:
+    """The first way a connection's tasks ended; anything unexpected is re-raised."""
+    expected, unexpected = group.split(
+        (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+    )
+    if unexpected is not None:
+        raise unexpected
+    assert expected is not None
+    leaves = list(_leaves(expected))
+    for leaf in leaves:
+        if isinstance(leaf, ConnectionClosed):
+            return leaf.reason, leaf.detail
+    return "reset", str(leaves[0]) or type(leaves[0]).__name__
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+def _frame_cause(exc: FrameError) -> str:
+    name = type(exc).__name__
+    return {"FrameTooLarge": "frame_too_large", "NegativeFrameSize": "negative_frame_size"}.get(
+        name, "bad_frame"
+    )

@@ -1,0 +1,262 @@
+"""`python -m proxy.demo`: real Kafka traffic end to end on loopback, then a summary.
+
+Starts a real Tansu broker and a real ZooKeeper on free loopback ports (through `proxy.rig`),
+creates a topic, produces records with confluent-kafka, consumes them in a consumer group with
+commits, checks every value arrived, prints a summary and stops everything it started, also on
+Ctrl-C or SIGTERM.
+
+Clients get their bootstrap address from `choose_bootstrap`, the one place that decides where
+traffic goes. Today that is the broker itself; when the sidecar exists, it is started there, in
+front of the broker, and its address returned instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from proxy.rig.tansu import TansuServer, start_broker
+from proxy.rig.zookeeper import ZooKeeperServer, start_zookeeper
+
+CHROOT = "/ksidecar"
+"""The ZooKeeper chroot the sidecars will share (see DESIGN.md, "State in ZooKeeper")."""
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What one demo run did, for the summary."""
+
+    broker: str
+    broker_startup: float
+    zookeeper: str
+    zookeeper_startup: float
+    zookeeper_version: str
+    bootstrap: str
+    via: str
+    topic: str
+    partitions: int
+    group: str
+    produced: int
+    consumed: int
+    committed: int
+    missing: int
+    elapsed: float
+
+    @property
+    def ok(self) -> bool:
+        """Whether every produced record was consumed and committed."""
+        return self.missing == 0 and self.consumed == self.produced == self.committed
+
+
+def choose_bootstrap(
+    broker: TansuServer, zookeeper: ZooKeeperServer, stack: ExitStack
+) -> tuple[str, str]:
+    """Decide where clients connect; return `(bootstrap, description)`.
+
+    The seam for the sidecar: start it here in front of `broker` (with
+    `zookeeper.connect_string(CHROOT)`), push its stop onto `stack`, return its address.
+    """
+    del zookeeper, stack  # used once a sidecar sits in between
+    return broker.bootstrap, "straight to the broker (no sidecar yet)"
+
+
+def prepare_zookeeper(zookeeper: ZooKeeperServer) -> str:
+    """Create the sidecars' chroot node; return the server's version."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.connect, timeout=10.0)
+    client.start(timeout=10.0)
+    try:
+        client.ensure_path(CHROOT)
+        return ".".join(str(part) for part in client.server_version())
+    finally:
+        client.stop()
+        client.close()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create `topic` with `partitions` partitions (replication factor 1)."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions)])
+    futures[topic].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, values: Sequence[bytes]) -> int:
+    """Produce `values` (acks=all); return how many the broker acknowledged."""
+    from confluent_kafka import Producer
+
+    acknowledged = 0
+    failures: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        nonlocal acknowledged
+        if err is None:
+            acknowledged += 1
+        else:
+            failures.append(str(err))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i, value in enumerate(values):
+        producer.produce(topic, key=str(i).encode(), value=value, on_delivery=on_delivery)
+        producer.poll(0)
+    left = producer.flush(30)
+    if left or failures:
+        raise RuntimeError(f"{left} records unsent, {len(failures)} failed: {failures[:3]}")
+    return acknowledged
+
+
+def consume(
+    bootstrap: str, topic: str, group: str, partitions: int, expected: int, timeout: float = 60.0
+) -> tuple[list[bytes], int]:
+    """Consume up to `expected` records in `group`, committing after each batch.
+
+    Returns the values received and the sum of the group's committed offsets.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            # Tansu holds a JoinGroup for session.timeout.ms / 2: keep the join quick.
+            "session.timeout.ms": 6000,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(values) < expected and time.monotonic() < deadline:
+            batch = consumer.consume(num_messages=500, timeout=1.0)
+            for message in batch:
+                if message.error() is not None:
+                    raise RuntimeError(f"consume error: {message.error()}")
+                values.append(message.value() or b"")
+            if batch:
+                consumer.commit(asynchronous=False)
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        committed = sum(max(tp.offset, 0) for tp in consumer.committed(wanted, timeout=10))
+    finally:
+        consumer.close()
+    return values, committed
+
+
+def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
+    """Start the components under `work_dir`, run the traffic, stop everything; return the result."""
+    began = time.monotonic()
+    suffix = uuid.uuid4().hex[:8]
+    topic, group = f"demo-{suffix}", f"demo-group-{suffix}"
+    values = [f"record-{i:06d}".encode() for i in range(records)]
+    with ExitStack() as stack:
+        broker = stack.enter_context(start_broker(work_dir))
+        zookeeper = stack.enter_context(start_zookeeper(work_dir))
+        zk_version = prepare_zookeeper(zookeeper)
+        bootstrap, via = choose_bootstrap(broker, zookeeper, stack)
+
+        create_topic(bootstrap, topic, partitions)
+        produced = produce(bootstrap, topic, values)
+        received, committed = consume(bootstrap, topic, group, partitions, records)
+        return DemoResult(
+            broker=broker.bootstrap,
+            broker_startup=broker.process.startup_seconds or 0.0,
+            zookeeper=zookeeper.connect_string(CHROOT),
+            zookeeper_startup=zookeeper.process.startup_seconds or 0.0,
+            zookeeper_version=zk_version,
+            bootstrap=bootstrap,
+            via=via,
+            topic=topic,
+            partitions=partitions,
+            group=group,
+            produced=produced,
+            consumed=len(received),
+            committed=committed,
+            missing=len(set(values) - set(received)),
+            elapsed=time.monotonic() - began,
+        )
+
+
+def summary(result: DemoResult) -> str:
+    """The summary printed at the end of a run."""
+    rows = [
+        ("broker", f"{result.broker} (Tansu, ready in {result.broker_startup:.2f} s)"),
+        (
+            "zookeeper",
+            f"{result.zookeeper} (ZooKeeper {result.zookeeper_version}, "
+            f"ready in {result.zookeeper_startup:.2f} s)",
+        ),
+        ("bootstrap", f"{result.bootstrap}: {result.via}"),
+        ("topic", f"{result.topic} ({result.partitions} partitions)"),
+        ("produced", f"{result.produced} records"),
+        (
+            "consumed",
+            f"{result.consumed} records in group {result.group}, {result.missing} missing",
+        ),
+        ("committed", f"{result.committed} (sum of the group's committed offsets)"),
+        ("elapsed", f"{result.elapsed:.1f} s"),
+        ("result", "OK" if result.ok else "FAILED"),
+    ]
+    return "\n".join(f"  {name:<10} {text}" for name, text in rows)
+
+
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so the same cleanup runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise _Signalled(signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the process exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m proxy.demo", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--records", type=int, default=1000, help="records to produce (1000)")
+    parser.add_argument("--partitions", type=int, default=3, help="topic partitions (3)")
+    parser.add_argument("--work-dir", type=Path, help="where logs go (default: a new temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir after success")
+    args = parser.parse_args(argv)
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
+    own_dir = args.work_dir is None
+    work_dir: Path = Path(tempfile.mkdtemp(prefix="ksidecar-demo-")) if own_dir else args.work_dir
+    work_dir.mkdir(parents=True, exist_ok=True)
+    print(f"ksidecar demo: starting Tansu and ZooKeeper (logs in {work_dir})", flush=True)
+    try:
+        result = run(work_dir, records=args.records, partitions=args.partitions)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted: components stopped (logs in {work_dir})", file=sys.stderr)
+        return 128 + (exc.signum if isinstance(exc, _Signalled) else signal.SIGINT)
+    except Exception as exc:
+        print(f"demo failed: {exc}\n(logs in {work_dir})", file=sys.stderr)
+        return 1
+    print(summary(result))
+    if result.ok and own_dir and not args.keep:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    else:
+        print(f"  {'logs':<10} {work_dir}")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

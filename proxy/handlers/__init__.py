@@ -1,0 +1,1 @@
+"""Requests the sidecar answers itself, one module per API."""

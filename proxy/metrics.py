@@ -1,0 +1,93 @@
+"""Prometheus metrics of one sidecar.
+
+Each :class:`SidecarMetrics` owns its own ``CollectorRegistry`` so that several sidecars
+can live in one process (tests) without sharing counters. Label values are bounded:
+API labels are names from the registry (about a hundred), versions are only recorded for
+known APIs, and API keys nobody knows are folded into ``other`` after the first
+:data:`MAX_UNKNOWN_KEYS` distinct ones, so a client spraying random keys cannot grow the
+scrape without limit.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from protocol.apis import ApiRegistry
+
+MAX_UNKNOWN_KEYS = 32
+
+# Sub-millisecond buckets: the sidecar's own time is expected to be tens of microseconds.
+_LATENCY_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+
+
+class SidecarMetrics:
+    """The counters, gauges and histograms one sidecar exports."""
+
+    def __init__(self, apis: ApiRegistry, registry: CollectorRegistry | None = None) -> None:
+        self.apis = apis
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "ksidecar_requests", "Requests from clients by API, version and outcome "
+            "(forwarded, local, unsupported, rejected).", ["api", "version", "outcome"], registry=r)
+        self.responses = Counter(
+            "ksidecar_responses", "Responses sent to clients by API.", ["api"], registry=r)
+        self.request_bytes = Counter(
+            "ksidecar_request_bytes", "Request bytes received from clients by API.", ["api"],
+            registry=r)
+        self.response_bytes = Counter(
+            "ksidecar_response_bytes", "Response bytes sent to clients by API.", ["api"],
+            registry=r)
+        self.upstream_latency = Histogram(
+            "ksidecar_upstream_latency_seconds", "Time from forwarding a request until the "
+            "broker's response arrived, by API.", ["api"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.sidecar_latency = Histogram(
+            "ksidecar_sidecar_latency_seconds", "Time a request spent in the sidecar itself "
+            "(total minus upstream time), by API.", ["api"], buckets=_LATENCY_BUCKETS,
+            registry=r)
+        self.local = Counter(
+            "ksidecar_local_responses", "Requests the sidecar answered itself, by API.",
+            ["api"], registry=r)
+        self.unsupported = Counter(
+            "ksidecar_unsupported_requests", "Requests neither the sidecar nor the broker "
+            "supports, by API key.", ["api_key"], registry=r)
+        self.rewrites = Counter(
+            "ksidecar_rewrites", "Responses whose broker addresses were rewritten, by API.",
+            ["api"], registry=r)
+        self.unmapped = Counter(
+            "ksidecar_rewrite_unmapped", "Broker ids with no known sidecar address, by API; "
+            "the entry is withheld from the client.", ["api"], registry=r)
+        self.errors = Counter(
+            "ksidecar_errors", "Connection-ending errors by cause.", ["cause"], registry=r)
+        self.connections_active = Gauge(
+            "ksidecar_connections_active", "Open client connections by listener.",
+            ["listener"], registry=r)
+        self.connections = Counter(
+            "ksidecar_connections", "Client connections accepted by listener.", ["listener"],
+            registry=r)
+        self.connections_closed = Counter(
+            "ksidecar_connections_closed", "Client connections closed by listener and reason.",
+            ["listener", "reason"], registry=r)
+        self.upstream_up = Gauge(
+            "ksidecar_upstream_up", "1 while the control connection to the broker works.",
+            registry=r)
+        self._unknown_keys: set[int] = set()
+
+    def api_label(self, api_key: int) -> str:
+        """The bounded label for an API key."""
+        return self.apis.name(api_key)
+
+    def version_label(self, api_key: int, version: int) -> str:
+        """The version as a label, or ``other`` for APIs or versions we do not know."""
+        api = self.apis.get(api_key)
+        return str(version) if api is not None and version in api.versions else "other"
+
+    def unknown_key_label(self, api_key: int) -> str:
+        """A label for an API key in ``ksidecar_unsupported_requests`` (bounded)."""
+        if api_key in self._unknown_keys or len(self._unknown_keys) < MAX_UNKNOWN_KEYS:
+            self._unknown_keys.add(api_key)
+            return str(api_key)
+        return "other"

@@ -1,0 +1,99 @@
+"""Where each request goes: forwarded, answered by the sidecar, or refused.
+
+:meth:`Router.decide` looks only at the header. Requests the sidecar answers itself
+(ApiVersions, BrokerMetadata; later issues add quota admin, groups and features) are
+handled here; everything else the broker supports is forwarded with its original bytes.
+A key or version that neither the sidecar nor the broker supports is UNSUPPORTED: the
+connection answers it (KIP-35) or closes, by policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from protocol.apis import API_VERSIONS
+from protocol.framing import size_prefix
+from protocol.headers import RequestHeader, decode_response_header
+from proxy.handlers.api_versions import advertised_ranges, handle_api_versions
+from proxy.handlers.broker_metadata import handle_broker_metadata
+from proxy.rewrite import Rewriter, rewrites_version
+
+if TYPE_CHECKING:
+    from proxy.connection import Connection
+    from proxy.server import Sidecar
+
+log = logging.getLogger(__name__)
+
+
+class Decision(Enum):
+    """What happens to a request."""
+
+    FORWARD = "forwarded"
+    LOCAL = "local"
+    UNSUPPORTED = "unsupported"
+
+
+class Router:
+    """Routing and response rewriting for the connections of one listener."""
+
+    def __init__(self, sidecar: Sidecar, listener: str) -> None:
+        self.sidecar = sidecar
+        self.listener = listener
+        self.registry = sidecar.registry
+        self.local_keys = {API_VERSIONS, sidecar.registry.broker_metadata_key}
+        self.rewriter = Rewriter(sidecar.address_book, listener, self._unmapped)
+
+    def decide(self, header: RequestHeader) -> Decision:
+        """FORWARD, LOCAL or UNSUPPORTED for this request."""
+        key, version = header.api_key, header.api_version
+        if key in self.local_keys:
+            # ApiVersions answers every version itself (UNSUPPORTED_VERSION with a v0 body).
+            api = self.registry.api(key)
+            if key == API_VERSIONS or version in api.versions:
+                return Decision.LOCAL
+            return Decision.UNSUPPORTED
+        info = self.sidecar.upstream.info
+        if info is not None:
+            span = info.api_versions.get(key)
+            if span is not None and span[0] <= version <= span[1]:
+                return Decision.FORWARD
+            return Decision.UNSUPPORTED
+        known = self.registry.get(key)
+        return Decision.FORWARD if known is not None and version in known.versions else Decision.UNSUPPORTED
+
+    def answer(self, header: RequestHeader, body: memoryview, connection: Connection) -> tuple[int, bytes]:
+        """Answer a LOCAL request: ``(response version, response body)``."""
+        if header.api_key == API_VERSIONS:
+            info = self.sidecar.upstream.info
+            ranges = advertised_ranges(
+                self.registry, info.api_versions if info else None, self.local_keys
+            )
+            features = info.api_versions_body if info is not None else None
+            return handle_api_versions(self.registry, header.api_version, body, ranges, features)
+        me, others = self.sidecar.broker_entries(self.listener)
+        return header.api_version, handle_broker_metadata(
+            self.registry, header.api_version, body, me, others
+        )
+
+    def rewrite_response(
+        self, header: RequestHeader, response_header_version: int, body: memoryview
+    ) -> bytes | None:
+        """A rewritten response frame, or ``None`` to send the original bytes."""
+        api = self.registry.get(header.api_key)
+        if api is None or not rewrites_version(api, header.api_version):
+            return None
+        _, head_size = decode_response_header(body, response_header_version)
+        result = self.rewriter.rewrite(api, header.api_version, body[head_size:])
+        if result is None:
+            return None
+        metrics = self.sidecar.metrics
+        if result.rewritten:
+            metrics.rewrites.labels(api.name).inc()
+        head = bytes(body[:head_size])  # the broker's own header, tags and all
+        return size_prefix(len(head) + len(result.body)) + head + result.body
+
+    def _unmapped(self, api_name: str, node_id: int) -> None:
+        self.sidecar.metrics.unmapped.labels(api_name).inc()
+        self.sidecar.log_unmapped(api_name, node_id)

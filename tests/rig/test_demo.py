@@ -1,0 +1,32 @@
+"""The demo runs end to end against its own real broker and ZooKeeper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.demo import run, summary
+from proxy.rig.ports import can_connect
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> None:
+    result = run(tmp_path, records=200, partitions=2)
+
+    assert result.ok
+    assert (result.produced, result.consumed, result.committed, result.missing) == (
+        200,
+        200,
+        200,
+        0,
+    )
+    assert result.bootstrap == result.broker  # no sidecar in between yet
+    assert result.zookeeper.endswith("/ksidecar")
+    assert "result     OK" in summary(result)
+    assert (tmp_path / "tansu-broker.log").read_text().count("tansu broker 0.6.0") == 1
+    assert "binding to port /127.0.0.1:" in (tmp_path / "zookeeper.log").read_text()
+    for address in (result.broker, result.zookeeper.removesuffix("/ksidecar")):
+        host, port = address.rsplit(":", 1)
+        assert not can_connect(host, int(port)), f"{address} still accepts connections"
