@@ -83,6 +83,26 @@ def endpoints_of(body: dict[str, Any]) -> dict[str, HostPort]:
     return result
 
 
+def split_chroot(connect: str) -> tuple[str, str | None]:
+    """``"h1:2181,h2:2181/ksidecar"`` → ``("h1:2181,h2:2181", "/ksidecar")``."""
+    hosts, sep, chroot = connect.partition("/")
+    return hosts, ("/" + chroot.rstrip("/")) if sep and chroot.strip("/") else None
+
+
+def ensure_chroot(connect: str, timeout: float) -> None:
+    """Create the connect string's chroot if missing, as Kafka does at start."""
+    hosts, chroot = split_chroot(connect)
+    if chroot is None:
+        return
+    client = KazooClient(hosts=hosts, timeout=timeout)
+    client.start(timeout=timeout)
+    try:
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
+
+
 class Registration:
     """This sidecar's ephemeral registration and the watch over all of them."""
 
@@ -114,7 +134,9 @@ class Registration:
         """Connect, register, watch; keep the registration alive until cancelled."""
         self._token = trio.lowlevel.current_trio_token()
         timeout = self.sidecar.config["zookeeper.session.timeout.ms"] / 1000
+        connect = self.sidecar.config["zookeeper.connect"]
         try:
+            await trio.to_thread.run_sync(ensure_chroot, connect, timeout)
             await trio.to_thread.run_sync(lambda: self.client.start(timeout=timeout))
         except KazooTimeoutError:
             raise RegistrationError(
