@@ -17,6 +17,13 @@ Conventions (PROTOCOL_NOTES.md, "Frames and headers"):
 
 Python values: ints, ``bool``, ``float``, :class:`uuid.UUID`, ``str``, ``bytes`` and
 ``list``; ``None`` for null.
+
+Compilation. Every parser here also implements construct's ``_emitparse``, so
+``KStruct.compile()`` turns a whole message schema into flat Python functions (runs of
+fixed-width fields read with one ``struct`` call, no per-field method dispatch). The emitted
+code raises exactly what the interpreted ``_parse`` raises, on any input:
+``tests/protocol/test_compiled.py`` checks that on arbitrary bytes for every schema, because
+construct's own compiled code skips checks and must not see client bytes unproven.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ __all__ = [
     "Int64",
     "KArray",
     "KBytes",
+    "KNullable",
     "KString",
     "Records",
     "TaggedField",

@@ -30,7 +30,7 @@ import trio
 from protocol.correlation import CorrelationTracker, FrameKind, InFlight
 from protocol.errors import FrameError, ProtocolError
 from protocol.framing import EOF, NEED_DATA, FrameDecoder, size_prefix
-from protocol.headers import encode_response_header
+from protocol.headers import encode_response_header, peek_correlation_id
 from proxy.router import Decision
 from proxy.upstream import UpstreamError
 
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 65536
+#: acks=0 Produce requests remembered per connection in case the broker answers them.
+MAX_SILENT_PRODUCES = 1024
 
 
 class ConnectionClosed(Exception):
@@ -98,6 +100,12 @@ class Connection:
         self.router = sidecar.router_for(listener)
         self.slots: deque[Slot] = deque()
         self.upstream_slots: deque[Slot] = deque()
+        # Produce requests with acks=0 sent upstream, as (correlation id, responses the
+        # upstream owed before it): Kafka never answers them, but some brokers do (Tansu
+        # 0.6); such an answer is recognised by position and id and dropped (_unasked).
+        self.silent_produces: deque[tuple[int, int]] = deque(maxlen=MAX_SILENT_PRODUCES)
+        self.upstream_expected = 0
+        self.upstream_answered = 0
         self.ready_bytes = 0
         self.stats = ConnectionStats()
         self._wake_writer = trio.Event()
@@ -242,6 +250,9 @@ class Connection:
             slot = Slot(record, api_label, now, forwarded_at=now)
             self.slots.append(slot)
             self.upstream_slots.append(slot)
+            self.upstream_expected += 1
+        elif record.header is not None:  # Produce with acks=0
+            self.silent_produces.append((record.header.correlation_id, self.upstream_expected))
 
     def _answer_locally(self, record: InFlight, api_label: str, response: bytes, now: float) -> None:
         slot = Slot(record, api_label, now, data=response, answered_at=now, local=True)
@@ -287,10 +298,13 @@ class Connection:
 
     def _on_response(self, frame: memoryview) -> None:
         body = frame[4:]
+        if self.silent_produces and self._unasked(body):
+            return
         try:
             record = self.tracker.on_response(body)
         except ProtocolError as exc:
             raise ConnectionClosed("correlation_mismatch", str(exc)) from None
+        self.upstream_answered += 1
         slot = self.upstream_slots.popleft()
         assert slot.record is record
         slot.answered_at = trio.current_time()
@@ -308,6 +322,31 @@ class Connection:
         slot.data = data
         self.ready_bytes += len(data)
         self._wake_writer.set()
+
+    def _unasked(self, body: memoryview) -> bool:
+        """True (and counted) for a broker's answer to a Produce with acks=0: dropped.
+
+        Responses come in request order, so such an answer can only arrive right after the
+        responses owed before that Produce, and it carries the Produce's correlation id.
+        When the next expected response has the same id, it wins (a Kafka broker never
+        answers acks=0).
+        """
+        silent = self.silent_produces
+        while silent and silent[0][1] < self.upstream_answered:
+            silent.popleft()  # a later request was answered: no answer can come for it now
+        if not silent or silent[0][1] != self.upstream_answered:
+            return False
+        try:
+            correlation_id = peek_correlation_id(body)
+        except ProtocolError:
+            return False
+        expected = self.upstream_slots[0].record.correlation_id if self.upstream_slots else None
+        if correlation_id != silent[0][0] or correlation_id == expected:
+            return False
+        silent.popleft()
+        self.sidecar.metrics.unasked_responses.inc()
+        self.stats.extra["unasked_responses"] = self.stats.extra.get("unasked_responses", 0) + 1
+        return True
 
     # -- writer ------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ def route(sidecar: Sidecar, method: str, path: str) -> bytes:
     if method not in ("GET", "HEAD"):
         return _response("405 Method Not Allowed", "text/plain", b"GET only\n")
     if path == "/metrics":
+        sidecar.metrics.upstream_up.set(1 if sidecar.upstream.healthy else 0)
         return _response("200 OK", CONTENT_TYPE_LATEST, generate_latest(sidecar.metrics.registry))
     if path == "/healthz":
         return _response("200 OK", "text/plain", b"ok\n")

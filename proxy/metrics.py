@@ -71,6 +71,9 @@ class SidecarMetrics:
         self.connections_closed = Counter(
             "ksidecar_connections_closed", "Client connections closed by listener and reason.",
             ["listener", "reason"], registry=r)
+        self.unasked_responses = Counter(
+            "ksidecar_unasked_responses", "Responses the broker sent to Produce requests with "
+            "acks=0 (Kafka sends none; Tansu does), dropped by the sidecar.", registry=r)
         self.upstream_up = Gauge(
             "ksidecar_upstream_up", "1 while the control connection to the broker works.",
             registry=r)

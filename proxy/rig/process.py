@@ -44,7 +44,7 @@ class ManagedProcess:
 
     Use `start()` (which returns self) or the context manager; both wait for readiness::
 
-        with ManagedProcess("echo", ["sleep", "60"], log_path=p, probe=lambda: True) as proc:
+        with ManagedProcess("sleeper", ["sleep", "60"], log_path=p, probe=lambda: True) as proc:
             ...
     """
 

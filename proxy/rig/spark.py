@@ -3,8 +3,10 @@
 pyspark starts its driver JVM through `spark-submit` and lets it inherit our stdout and stderr.
 We launch that gateway ourselves with `launch_gateway(popen_kwargs=...)` (pyspark's hook for
 capturing the JVM's output) so the output lands in `<log_dir>/spark.log` and the JVM runs in its
-own process group, which `stop_spark` can stop by PID. pyspark is imported lazily: it is an
-optional extra.
+own process group, which `stop_spark` stops by closing its stdin (the JVM exits on EOF), then
+by PID. If the launch itself is interrupted (Ctrl-C while the JVM boots), pyspark never hands us
+its Popen: the JVM is then found by a one-off token we put on its command line and killed.
+pyspark is imported lazily: it is an optional extra.
 """
 
 from __future__ import annotations
