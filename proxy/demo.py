@@ -5,9 +5,9 @@ creates a topic, produces records with confluent-kafka, consumes them in a consu
 commits, checks every value arrived, prints a summary and stops everything it started, also on
 Ctrl-C or SIGTERM.
 
-Clients get their bootstrap address from `choose_bootstrap`, the one place that decides where
-traffic goes. Today that is the broker itself; when the sidecar exists, it is started there, in
-front of the broker, and its address returned instead.
+Clients get their bootstrap address from `choose_bootstrap`, which starts a real
+`ksidecar run` process in front of the broker (registered in ZooKeeper) and returns its
+address: every request and response of the demo passes through the sidecar.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.rig.sidecar import SidecarServer, start_sidecar
 from proxy.rig.tansu import TansuServer, start_broker
 from proxy.rig.zookeeper import ZooKeeperServer, start_zookeeper
 
@@ -62,13 +65,37 @@ class DemoResult:
 def choose_bootstrap(
     broker: TansuServer, zookeeper: ZooKeeperServer, stack: ExitStack
 ) -> tuple[str, str]:
-    """Decide where clients connect; return `(bootstrap, description)`.
+    """Start a sidecar (`ksidecar run`) in front of `broker`; return `(bootstrap, description)`.
 
-    The seam for the sidecar: start it here in front of `broker` (with
-    `zookeeper.connect_string(CHROOT)`), push its stop onto `stack`, return its address.
+    The sidecar registers in ZooKeeper under the demo's chroot and maps broker addresses
+    through those registrations, so clients only ever see the sidecar.
     """
-    del zookeeper, stack  # used once a sidecar sits in between
-    return broker.bootstrap, "straight to the broker (no sidecar yet)"
+    sidecar = stack.enter_context(
+        start_sidecar(
+            Path(broker.log_path).parent,
+            broker.bootstrap,
+            keys={"zookeeper.connect": zookeeper.connect_string(CHROOT), "tag.demo": "true"},
+        )
+    )
+    stack.callback(_print_sidecar_counts, sidecar)
+    return sidecar.bootstrap, f"ksidecar run in front of the broker (metrics {sidecar.metrics_url})"
+
+
+def _print_sidecar_counts(sidecar: SidecarServer) -> None:
+    """Print what the sidecar counted, from its /metrics, before it is stopped."""
+    try:
+        families = text_string_to_metric_families(sidecar.scrape())
+    except OSError as exc:
+        print(f"  (could not scrape the sidecar: {exc})")
+        return
+    totals: dict[str, float] = {}
+    for family in families:
+        for sample in family.samples:
+            if sample.name == "ksidecar_requests_total":
+                key = f"{sample.labels['api']}/{sample.labels['outcome']}"
+                totals[key] = totals.get(key, 0) + sample.value
+    lines = ", ".join(f"{k} {int(v)}" for k, v in sorted(totals.items()))
+    print(f"  sidecar counted requests: {lines}", flush=True)
 
 
 def prepare_zookeeper(zookeeper: ZooKeeperServer) -> str:

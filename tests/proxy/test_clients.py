@@ -66,12 +66,13 @@ def run_confluent(bootstrap: str, topic: str, group: str, values: list[bytes]) -
     })
     consumer.subscribe([topic])
     got: list[bytes] = []
-    deadline = trio_deadline(90)
+    deadline = Deadline(90)
     while len(got) < len(values) and not deadline.passed():
         for message in consumer.consume(1000, timeout=1.0):
             assert message.error() is None, message.error()
             got.append(message.value())
-        consumer.commit(asynchronous=False) if got else None
+        if got:
+            consumer.commit(asynchronous=False)
     committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
     brokers = consumer.list_topics(timeout=10).brokers
     seen = {(b.host, b.port) for b in brokers.values()}
@@ -106,7 +107,7 @@ def run_kafka_python(bootstrap: str, topic: str, group: str, values: list[bytes]
         enable_auto_commit=False, **GROUP_SETTINGS,
     )
     got: list[bytes] = []
-    deadline = trio_deadline(90)
+    deadline = Deadline(90)
     while len(got) < len(values) and not deadline.passed():
         for records in consumer.poll(timeout_ms=1000).values():
             got.extend(r.value for r in records)
@@ -165,7 +166,7 @@ def run_aiokafka(bootstrap: str, topic: str, group: str, values: list[bytes]) ->
     return asyncio.run(main())
 
 
-class trio_deadline:  # noqa: N801 - reads like a function at the call sites
+class Deadline:
     """A wall-clock deadline usable from a worker thread (no trio there)."""
 
     def __init__(self, seconds: float) -> None:
