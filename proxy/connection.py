@@ -169,6 +169,11 @@ class Connection:
                         return
                     if frame is NEED_DATA:
                         break
+                    if self._at_capacity():
+                        # One read can hold many requests: the bound holds per request.
+                        # Send what is gathered first, or its answers could never come.
+                        await self._send_upstream(upstream, parts)
+                        await self._wait_for_capacity()
                     await self._on_request(frame, parts, upstream)
                 await self._send_upstream(upstream, parts)
         # Draining: no more requests; let the writer finish what is in flight.
@@ -186,8 +191,11 @@ class Connection:
         # The client closed its side: answers cannot be delivered, so stop everything.
         scope.cancel()
 
+    def _at_capacity(self) -> bool:
+        return len(self.slots) >= self.max_in_flight or self.ready_bytes > self.max_buffered
+
     async def _wait_for_capacity(self) -> None:
-        while len(self.slots) >= self.max_in_flight or self.ready_bytes > self.max_buffered:
+        while self._at_capacity():
             self._wake_reader = trio.Event()
             await self._wake_reader.wait()
 
@@ -218,6 +226,11 @@ class Connection:
             return
         if decision is Decision.UNSUPPORTED:
             metrics.unsupported.labels(metrics.unknown_key_label(header.api_key)).inc()
+            if not record.expects_response:  # Produce acks=0: an answer would desynchronise
+                raise ConnectionClosed(
+                    "unsupported_request",
+                    f"api key {header.api_key} v{header.api_version} (acks=0) is not supported",
+                )
             if sidecar.config["sidecar.unsupported.request.policy"] == "close":
                 raise ConnectionClosed(
                     "unsupported_request",
@@ -227,7 +240,10 @@ class Connection:
             response = size_prefix(4) + header.correlation_id.to_bytes(4, "big", signed=True)
             self._answer_locally(record, api_label, response, now)
             return
-        version, response_body = self.router.answer(header, body[header.size :], self)
+        try:
+            version, response_body = self.router.answer(header, body[header.size :], self)
+        except ProtocolError as exc:  # a body we cannot read: Kafka closes the connection too
+            raise ConnectionClosed("bad_request", f"{api_label} v{header.api_version}: {exc}") from None
         api = sidecar.registry.api(header.api_key)
         head = encode_response_header(header.correlation_id, api.response_header_version(version))
         response = size_prefix(len(head) + len(response_body)) + head + response_body
@@ -387,12 +403,23 @@ class Connection:
 
 
 def _reason_of(group: BaseExceptionGroup[BaseException]) -> tuple[str, str]:
-    """The first way a connection's tasks ended; anything unexpected is re-raised."""
+    """The first way a connection's tasks ended.
+
+    A bug (any other ``Exception``) costs only this connection: it is logged with its
+    traceback and counted as ``internal_error``. Cancellation and other
+    ``BaseException`` subclasses are re-raised.
+    """
     expected, unexpected = group.split(
         (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
     )
     if unexpected is not None:
-        raise unexpected
+        fatal, bugs = unexpected.split(lambda e: not isinstance(e, Exception))
+        if fatal is not None:
+            raise unexpected
+        assert bugs is not None
+        log.error("internal error on a connection (closed)", exc_info=bugs)
+        first = _leaves(bugs)[0]
+        return "internal_error", f"{type(first).__name__}: {first}"
     assert expected is not None
     leaves = list(_leaves(expected))
     for leaf in leaves:

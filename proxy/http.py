@@ -62,7 +62,10 @@ async def _serve_one(sidecar: Sidecar, stream: trio.abc.Stream) -> None:
         if len(line) < 2:
             await stream.send_all(_response("400 Bad Request", "text/plain", b"bad request\n"))
         else:
-            await stream.send_all(route(sidecar, line[0], line[1]))
+            response = route(sidecar, line[0], line[1])
+            if line[0] == "HEAD":  # the same head, no body (RFC 9110, 9.3.2)
+                response = response.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+            await stream.send_all(response)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass
     finally:

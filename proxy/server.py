@@ -59,7 +59,7 @@ class Sidecar:
         self.registration: Registration | None = None
         self.metrics_address: HostPort | None = None
         self._routers: dict[str, Router] = {}
-        self._listener_scope = trio.CancelScope()
+        self._listener_scopes: list[trio.CancelScope] = []
         self._unmapped_logged: set[tuple[str, int]] = set()
         self.draining = False
 
@@ -188,11 +188,20 @@ class Sidecar:
 
     async def _accept(self, endpoint: Endpoint, sockets: list[trio.SocketListener]) -> None:
         context = listener_ssl_context(self.config, endpoint.name)
-        with self._listener_scope:
-            async def handler(stream: trio.SocketStream) -> None:
-                await self._handle(stream, endpoint.name, context)
 
-            await trio.serve_listeners(handler, sockets)
+        async def handler(stream: trio.SocketStream) -> None:
+            await self._handle(stream, endpoint.name, context)
+
+        # One scope per listener (a CancelScope enters one `with` only). Connections live
+        # in their own nursery: drain() cancels (and closes) only the accepting sockets,
+        # so in-flight requests can still complete.
+        scope = trio.CancelScope()
+        self._listener_scopes.append(scope)
+        if self.draining:
+            scope.cancel()
+        async with trio.open_nursery() as connections:
+            with scope:
+                await trio.serve_listeners(handler, sockets, handler_nursery=connections)
 
     async def _handle(
         self, stream: trio.abc.Stream, listener: str, context: ssl.SSLContext | None
@@ -231,7 +240,8 @@ class Sidecar:
         """Stop accepting, let in-flight requests finish (up to the drain time), then return."""
         timeout = self.config["sidecar.shutdown.drain.ms"] / 1000 if deadline is None else deadline
         self.draining = True
-        self._listener_scope.cancel()
+        for scope in self._listener_scopes:
+            scope.cancel()
         for connection in list(self.connections):
             connection.stop_reading()
         with trio.move_on_after(timeout):

@@ -9,10 +9,9 @@ Kafka's JSON specs and shares no code with ours.
 from __future__ import annotations
 
 import io
-import socket
 import struct
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -20,6 +19,9 @@ from protocol.apis import DEFAULT_REGISTRY, ApiRegistry
 from protocol.framing import EOF, NEED_DATA, FrameDecoder, encode_frame
 from protocol.headers import encode_request_header
 from protocol.schema import decode, encode
+
+if TYPE_CHECKING:
+    from proxy.server import Sidecar
 
 CLIENT_ID = "wire-test"
 
@@ -163,9 +165,26 @@ class Wire:
         await trio.aclose_forcefully(self.stream)
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on (bound and released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+async def create_topic(wire: Wire, name: str, partitions: int = 1, correlation_id: int = 77) -> None:
+    """CreateTopics v4 for one topic; asserts it was created."""
+    frame = await wire.call(19, 4, correlation_id, {
+        "Topics": [{"Name": name, "NumPartitions": partitions, "ReplicationFactor": 1,
+                    "Assignments": [], "Configs": []}],
+        "TimeoutMs": 5000,
+        "ValidateOnly": False,
+    })
+    _, body = our_decode(frame, 19, 4)
+    assert [(t.Name, t.ErrorCode) for t in body.Topics] == [(name, 0)]
+
+
+def sample(sidecar: Sidecar, name: str, **labels: str) -> float:
+    """One sample of the sidecar's own metrics registry (0 when never recorded)."""
+    value = sidecar.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``predicate`` (cheap, in-process state) until it holds or ``timeout`` passes."""
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
