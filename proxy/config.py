@@ -250,7 +250,10 @@ KEYS: tuple[Key, ...] = (
         "How broker addresses in responses become sidecar addresses: `offset` (same host, "
         "port + `sidecar.address.port.offset`), `static` (`sidecar.address.map`), `zookeeper` "
         "(sidecars registered under /brokers/ids), `auto` (zookeeper when "
-        "`zookeeper.connect` is set, else offset).",
+        "`zookeeper.connect` is set, else offset). A broker with no known sidecar address is "
+        "withheld, never passed through: dropped from broker lists, and a coordinator answer "
+        "becomes COORDINATOR_NOT_AVAILABLE (logged once, counted in "
+        "`ksidecar_rewrite_unmapped_total`).",
         _choice("auto", "offset", "static", "zookeeper"), "auto|offset|static|zookeeper"),
     Key("sidecar.address.port.offset", "int", "",
         "Port offset for the `offset` mapping. Empty: this sidecar's first advertised port "
