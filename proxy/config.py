@@ -188,8 +188,28 @@ def _optional_hostport(key: str, value: str) -> HostPort | None:
     return parse_hostport(key, value, allow_zero=True) if value.strip() else None
 
 
-def _ints(key: str, value: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in value.split(",") if v.strip())
+def parse_ip_counts(key: str, value: str) -> dict[str, int]:
+    """``1.2.3.4:100,10.0.0.1:5`` → {normalised IP: count}; IPv6 as ``[::1]:5``."""
+    import ipaddress
+
+    result: dict[str, int] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        address, sep, count = item.rpartition(":")
+        address = address.strip("[]")
+        try:
+            ip = str(ipaddress.ip_address(address))
+            number = int(count)
+        except ValueError:
+            raise ConfigError(f"{key}={value!r}: {item!r} is not <ip>:<integer>") from None
+        if not sep or number < 0:
+            raise ConfigError(f"{key}={value!r}: {item!r} is not <ip>:<integer >= 0>")
+        result[ip] = number
+    return result
+
+
+_NO_LIMIT = "2147483647"
 
 
 _DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
@@ -286,6 +306,33 @@ KEYS: tuple[Key, ...] = (
         "PEM CA bundle for verifying client certificates (`ssl.client.auth`).", _str),
     Key("ssl.client.auth", "enum", "none", "Client certificate authentication on SSL listeners.",
         _choice("none", "requested", "required"), "none|requested|required"),
+    Key("max.connection.creation.rate", "int", _NO_LIMIT,
+        "KIP-612: connections accepted per second, sidecar-wide (all listeners but "
+        "`inter.broker.listener.name`). Over it the acceptor waits (never drops). "
+        "2147483647: no limit. Per listener: `listener.name.<l>.max.connection.creation.rate`.",
+        _int(0), ">= 0"),
+    Key("inter.broker.listener.name", "string", "",
+        "The protected listener: it honours only its own connection limits (KIP-612, KIP-402).",
+        lambda k, v: v.strip().upper()),
+    Key("quota.window.num", "int", "11", "Samples in a connection-rate sensor (Kafka's default).",
+        _int(1), ">= 1"),
+    Key("quota.window.size.seconds", "int", "1",
+        "Length of one sample; also the longest accept delay.", _int(1), ">= 1"),
+    Key("max.connections", "int", _NO_LIMIT,
+        "Open client connections, sidecar-wide; at the limit the acceptor waits for a slot. "
+        "Per listener: `listener.name.<l>.max.connections`.", _int(0), ">= 0"),
+    Key("max.connections.per.ip", "int", _NO_LIMIT,
+        "Open connections per client IP; one more is closed at once.", _int(0), ">= 0"),
+    Key("max.connections.per.ip.overrides", "map", "",
+        "Per-IP exceptions to `max.connections.per.ip`: `ip:count,...`.", parse_ip_counts,
+        "ip:count[,...]"),
+    Key("sidecar.ip.connection.creation.rate", "int", _NO_LIMIT,
+        "Per-IP connection rate quota used when ZooKeeper holds none (`/config/ips/<default>` "
+        "wins when set). Over it a connection is held for the delay, then closed.",
+        _int(0), ">= 0"),
+    Key("sidecar.ip.connection.creation.rate.overrides", "map", "",
+        "Per-IP quotas from config, `ip:rate,...` (ZooKeeper's `/config/ips/<ip>` wins).",
+        parse_ip_counts, "ip:rate[,...]"),
     Key("sidecar.log.level", "enum", "info", "Log level.",
         _choice("debug", "info", "warning", "error"), "debug|info|warning|error"),
 )
@@ -293,6 +340,8 @@ KEYS: tuple[Key, ...] = (
 _BY_NAME = {k.name: k for k in KEYS}
 #: Per-listener overridable keys (``listener.name.<l>.<key>``).
 LISTENER_KEYS = (
+    "max.connection.creation.rate",
+    "max.connections",
     "ssl.keystore.location",
     "ssl.key.password",
     "ssl.truststore.location",
@@ -387,6 +436,11 @@ def _cross_check(values: dict[str, Any]) -> None:
                 f"advertised.listeners: {endpoint} cannot be advertised; set advertised.listeners "
                 "to an address clients can reach"
             )
+    protected = values["inter.broker.listener.name"]
+    if protected and protected not in names:
+        raise ConfigError(
+            f"inter.broker.listener.name={protected!r}: not one of the listeners ({', '.join(sorted(names))})"
+        )
     if values["sidecar.address.mapping"] == "static" and not values["sidecar.address.map"]:
         raise ConfigError("sidecar.address.mapping=static needs sidecar.address.map (id=host:port,...)")
     if values["sidecar.address.mapping"] == "zookeeper" and not values["zookeeper.connect"]:

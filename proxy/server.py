@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.apis import PRODUCE, ApiRegistry
+from proxy.acceptor import accept_loop
 from proxy.addressing import (
     AddressBook,
     OffsetAddressBook,
@@ -26,9 +27,13 @@ from proxy.connection import Connection
 from proxy.handlers.broker_metadata import BrokerEntry, builtin_tags
 from proxy.http import serve_http
 from proxy.metrics import SidecarMetrics
+from proxy.quota_metrics import register_quota_metrics
 from proxy.router import Router
 from proxy.tls import listener_ssl_context, upstream_ssl_context
 from proxy.upstream import Upstream
+from quotas.admin import effective_rate
+from quotas.gate import AcceptGate, GateConfig, limit
+from quotas.rate import RateConfig
 
 if TYPE_CHECKING:
     from proxy.registration import Registration
@@ -36,6 +41,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
+def gate_config(config: SidecarConfig) -> GateConfig:
+    """The accept gate's limits from the KIP-612 / KIP-402 keys."""
+    names = [e.name for e in config.listeners]
+    overrides = config.listener_overrides
+    listener_rates = {n: limit(overrides.get(n, {}).get("max.connection.creation.rate")) for n in names}
+    listener_max = {n: overrides.get(n, {}).get("max.connections") for n in names}
+    max_per_ip = config["max.connections.per.ip"]
+    return GateConfig(
+        rate=RateConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000),
+        sidecar_rate=limit(config["max.connection.creation.rate"]),
+        listener_rates={n: r for n, r in listener_rates.items() if r is not None},
+        protected_listener=config["inter.broker.listener.name"] or None,
+        max_connections=None if limit(config["max.connections"]) is None else config["max.connections"],
+        listener_max_connections={n: m for n, m in listener_max.items() if m is not None and limit(m) is not None},
+        max_connections_per_ip=None if limit(max_per_ip) is None else max_per_ip,
+        max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
+    )
 
 
 class Sidecar:
@@ -62,6 +86,10 @@ class Sidecar:
         self._listener_scopes: list[trio.CancelScope] = []
         self._unmapped_logged: set[tuple[str, int]] = set()
         self.draining = False
+        self.gate = AcceptGate(gate_config(config), self.ip_quota)
+        self.ip_quotas: dict[str | None, float] = {}
+        self._slot_freed = trio.Event()
+        register_quota_metrics(self)
 
     # -- identity ----------------------------------------------------------------------
 
@@ -188,10 +216,6 @@ class Sidecar:
 
     async def _accept(self, endpoint: Endpoint, sockets: list[trio.SocketListener]) -> None:
         context = listener_ssl_context(self.config, endpoint.name)
-
-        async def handler(stream: trio.SocketStream) -> None:
-            await self._handle(stream, endpoint.name, context)
-
         # One scope per listener (a CancelScope enters one `with` only). Connections live
         # in their own nursery: drain() cancels (and closes) only the accepting sockets,
         # so in-flight requests can still complete.
@@ -201,7 +225,49 @@ class Sidecar:
             scope.cancel()
         async with trio.open_nursery() as connections:
             with scope:
-                await trio.serve_listeners(handler, sockets, handler_nursery=connections)
+                try:
+                    async with trio.open_nursery() as acceptors:
+                        for socket_listener in sockets:
+                            acceptors.start_soon(
+                                accept_loop, self, endpoint.name, socket_listener, context, connections
+                            )
+                finally:
+                    for socket_listener in sockets:
+                        await trio.aclose_forcefully(socket_listener)
+
+    async def wait_slot_freed(self) -> None:
+        """Wait until some admitted connection closes (``max.connections``)."""
+        await self._slot_freed.wait()
+
+    def _free_slot(self) -> None:
+        self._slot_freed.set()
+        self._slot_freed = trio.Event()
+
+    async def serve_connection(
+        self, stream: trio.SocketStream, listener: str, context: ssl.SSLContext | None, ip: str
+    ) -> None:
+        """Serve one admitted connection; give its quota slot back when it ends."""
+        try:
+            await self._handle(stream, listener, context)
+        finally:
+            self.gate.release(listener, ip)
+            self._free_slot()
+
+    def ip_quota(self, ip: str) -> float | None:
+        """The per-IP connection rate quota for ``ip`` (``None``: unlimited)."""
+        return limit(
+            effective_rate(
+                ip,
+                self.ip_quotas,
+                limit(self.config["sidecar.ip.connection.creation.rate"]),
+                self.config["sidecar.ip.connection.creation.rate.overrides"],
+            )
+        )
+
+    def set_ip_quotas(self, snapshot: dict[str | None, float]) -> None:
+        """Install a new snapshot of ZooKeeper's per-IP quotas (applies to new connections)."""
+        self.ip_quotas = snapshot
+        log.info("per-IP connection quotas now %s", {k or "<default>": v for k, v in snapshot.items()})
 
     async def _handle(
         self, stream: trio.abc.Stream, listener: str, context: ssl.SSLContext | None

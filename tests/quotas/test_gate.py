@@ -1,0 +1,118 @@
+"""The accept gate's decisions (Kafka's ConnectionQuotas), computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from quotas.gate import IP_SENSOR_EXPIRY_MS, AcceptGate, Admission, GateConfig, Verdict, limit
+from quotas.rate import RateConfig
+
+CFG = RateConfig(samples=11, window_ms=1000)
+
+
+def burst(gate: AcceptGate, listener: str, n: int, now: int = 0) -> list[int]:
+    return [gate.record_connection(listener, now) for _ in range(n)]
+
+
+def test_limit_maps_kafkas_int_max_to_none() -> None:
+    assert limit(None) is None
+    assert limit(2**31 - 1) is None
+    assert limit(5) == 5.0
+
+
+def test_sidecar_limit_delays_every_listener_but_the_protected_one() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=10.0, protected_listener="INTERNAL"))
+    # Fresh sensor, quota 10/s: 100 connections fit W = 10 s; the 101st measures 10.1/s
+    # and waits (10.1 - 10) / 10 * 10,000 = 100 ms.
+    assert burst(gate, "CLIENT", 100) == [0] * 100
+    assert gate.record_connection("CLIENT", 0) == 100
+    # The protected listener honours only its own (absent) limit.
+    assert burst(gate, "INTERNAL", 50) == [0] * 50
+
+
+def test_listener_limit_applies_in_addition_and_the_larger_delay_wins() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=100.0, listener_rates={"A": 1.0}))
+    # Listener quota 1/s: 10 fit; the 11th measures 1.1/s -> 1,000 ms (the bound).
+    assert burst(gate, "A", 10) == [0] * 10
+    assert gate.record_connection("A", 0) == 1000
+    assert burst(gate, "B", 10) == [0] * 10  # B only shares the sidecar-wide budget
+
+
+def test_protected_listener_own_limit_still_applies() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG, listener_rates={"INTERNAL": 10.0}, protected_listener="INTERNAL"))
+    assert burst(gate, "INTERNAL", 100) == [0] * 100
+    assert gate.record_connection("INTERNAL", 0) == 100
+
+
+def test_throttle_time_metric_records_delays() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=10.0))
+    burst(gate, "A", 102)
+    # delays 100 and 200 ms were recorded for the 101st and 102nd connections.
+    assert gate.accept_throttle_ms("A", 0) == pytest.approx(150)
+
+
+def test_per_ip_throttle_unrecords_everywhere_and_holds() -> None:
+    quotas = {"10.0.0.1": 10.0}
+    gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=1000.0, listener_rates={"A": 1000.0}), quotas.get)
+    for _ in range(100):
+        gate.record_connection("A", 0)
+        assert gate.admit_ip("A", "10.0.0.1", 0) == Admission(Verdict.ACCEPT)
+    before_sidecar = gate.sidecar_accept_rate(0)
+    before_listener = gate.listener_accept_rate("A", 0)
+    gate.record_connection("A", 0)
+    verdict = gate.admit_ip("A", "10.0.0.1", 0)
+    assert verdict == Admission(Verdict.THROTTLE, 100)
+    # Un-recorded: the throttled connection does not count anywhere.
+    assert gate.sidecar_accept_rate(0) == pytest.approx(before_sidecar)
+    assert gate.listener_accept_rate("A", 0) == pytest.approx(before_listener)
+    assert gate.ip_accept_rates(0, 10) == {"10.0.0.1": pytest.approx(10.0)}
+    assert gate.ip_throttle_ms("A", 0) == pytest.approx(100)
+    assert gate.ip_count("10.0.0.1") == 100
+    # Another IP without a quota is unaffected.
+    assert gate.admit_ip("A", "10.0.0.2", 0).verdict is Verdict.ACCEPT
+
+
+def test_ip_quota_change_applies_to_the_next_connection() -> None:
+    quotas: dict[str, float] = {"10.0.0.1": 100.0}
+    gate = AcceptGate(GateConfig(rate=CFG), quotas.get)
+    for _ in range(20):
+        assert gate.admit_ip("A", "10.0.0.1", 0).verdict is Verdict.ACCEPT
+    quotas["10.0.0.1"] = 1.0  # 20 recorded over W = 10 s is 2/s > 1/s
+    assert gate.admit_ip("A", "10.0.0.1", 0).verdict is Verdict.THROTTLE
+
+
+def test_max_connections_per_ip_and_overrides_close_at_once() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG, max_connections_per_ip=2, max_connections_per_ip_overrides={"10.0.0.9": 3}))
+    assert [gate.admit_ip("A", "10.0.0.1", 0).verdict for _ in range(3)] == [
+        Verdict.ACCEPT, Verdict.ACCEPT, Verdict.TOO_MANY,
+    ]
+    assert [gate.admit_ip("A", "10.0.0.9", 0).verdict for _ in range(4)] == [
+        Verdict.ACCEPT, Verdict.ACCEPT, Verdict.ACCEPT, Verdict.TOO_MANY,
+    ]
+    gate.release("A", "10.0.0.1")
+    assert gate.admit_ip("A", "10.0.0.1", 0).verdict is Verdict.ACCEPT
+
+
+def test_connection_slots() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG, max_connections=2, listener_max_connections={"B": 1},
+                                 protected_listener="P"))
+    gate.admit_ip("A", "1.1.1.1", 0)
+    assert gate.slot_available("A")
+    gate.admit_ip("B", "1.1.1.2", 0)
+    assert not gate.slot_available("B")  # B's own cap
+    assert not gate.slot_available("A")  # the sidecar-wide cap
+    assert gate.slot_available("P")  # protected listener ignores the sidecar-wide cap
+    gate.release("A", "1.1.1.1")
+    assert gate.slot_available("A")
+    gate.note_blocked("A", 12.5)
+    assert gate.blocked_ms("A") == 12.5
+    assert gate.listeners() == ["A", "B", "P"]
+
+
+def test_idle_ip_sensors_expire_after_an_hour() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG), lambda ip: 5.0)
+    gate.admit_ip("A", "10.0.0.1", 0)
+    gate.admit_ip("A", "10.0.0.2", 1000)
+    assert gate.expire(IP_SENSOR_EXPIRY_MS - 1) == 0
+    assert gate.expire(IP_SENSOR_EXPIRY_MS) == 1
+    assert list(gate.ip_accept_rates(IP_SENSOR_EXPIRY_MS, 10)) == ["10.0.0.2"]
