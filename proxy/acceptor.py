@@ -1,10 +1,11 @@
 """The accept loop of one listener, with the KIP-612 gate in front of every connection.
 
-For each socket: accept it, record it on the sidecar-wide and listener rate sensors and
-wait out the returned delay (the acceptor does not accept anything else meanwhile, as
-Kafka's acceptor thread), wait for a free slot under ``max.connections``, then ask the
-gate about the peer's IP: accept, hold-then-close (per-IP rate quota: "delay, then
-drop"), or close now (``max.connections.per.ip``). Accepted sockets are served in the
+For each socket: accept it; turn it away if its IP is over its connection-rate quota
+(held for the delay, then closed: "delay, then drop"); record it on the sidecar-wide and
+listener rate sensors and wait out the returned delay (the acceptor does not accept
+anything else meanwhile, as Kafka's acceptor thread); wait for a free slot under
+``max.connections``; close it at once if its IP is at ``max.connections.per.ip``.
+See :mod:`quotas.gate` for why the per-IP rate is checked first. Accepted sockets are served in the
 ``connections`` nursery, which outlives the accept loop so draining can stop accepting
 without cutting in-flight requests.
 """
@@ -57,6 +58,16 @@ async def accept_loop(
                 await trio.sleep(RESOURCE_BACKOFF)
                 continue
             raise
+        try:
+            ip = stream.socket.getpeername()[0]
+        except OSError:  # the peer is already gone
+            await trio.aclose_forcefully(stream)
+            continue
+        throttled = gate.check_ip_rate(listener, ip, now_ms())
+        if throttled.verdict is Verdict.THROTTLE:
+            metrics.connections_closed.labels(listener, throttled.verdict.value).inc()
+            connections.start_soon(_hold_then_close, stream, throttled.delay_ms)
+            continue
         started = trio.current_time()
         delay = gate.record_connection(listener, now_ms())
         if delay > 0:
@@ -66,20 +77,11 @@ async def accept_loop(
         blocked = trio.current_time() - started
         if blocked > 0:
             gate.note_blocked(listener, blocked * 1000)
-        try:
-            ip = stream.socket.getpeername()[0]
-        except OSError:  # the peer is already gone
-            await trio.aclose_forcefully(stream)
-            continue
-        admission = gate.admit_ip(listener, ip, now_ms())
-        if admission.verdict is Verdict.ACCEPT:
+        if gate.admit_ip(listener, ip).verdict is Verdict.ACCEPT:
             connections.start_soon(sidecar.serve_connection, stream, listener, context, ip)
             continue
-        metrics.connections_closed.labels(listener, admission.verdict.value).inc()
-        if admission.verdict is Verdict.THROTTLE:
-            connections.start_soon(_hold_then_close, stream, admission.delay_ms)
-        else:
-            await trio.aclose_forcefully(stream)
+        metrics.connections_closed.labels(listener, Verdict.TOO_MANY.value).inc()
+        await trio.aclose_forcefully(stream)
 
 
 async def _hold_then_close(stream: trio.SocketStream, delay_ms: int) -> None:

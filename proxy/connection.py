@@ -218,7 +218,7 @@ class Connection:
         assert header is not None
         api_label = metrics.api_label(header.api_key)
         metrics.request_bytes.labels(api_label).inc(len(frame))
-        decision = self.router.decide(header)
+        decision = self.router.decide(header, body)
         version_label = metrics.version_label(header.api_key, header.api_version)
         metrics.requests.labels(api_label, version_label, decision.value).inc()
         if decision is Decision.FORWARD:
@@ -241,7 +241,7 @@ class Connection:
             self._answer_locally(record, api_label, response, now)
             return
         try:
-            version, response_body = self.router.answer(header, body[header.size :], self)
+            version, response_body = await self.router.answer(header, body[header.size :], self)
         except ProtocolError as exc:  # a body we cannot read: Kafka closes the connection too
             raise ConnectionClosed("bad_request", f"{api_label} v{header.api_version}: {exc}") from None
         api = sidecar.registry.api(header.api_key)

@@ -15,6 +15,7 @@ client reconnects.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -27,6 +28,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from proxy.config import HostPort
 from proxy.handlers.broker_metadata import BrokerEntry
+from quotas.store import IpQuotaStore
 
 if TYPE_CHECKING:
     from proxy.server import Sidecar
@@ -114,6 +116,7 @@ class Registration:
             timeout=config["zookeeper.session.timeout.ms"] / 1000,
         )
         self.bodies: dict[int, dict[str, Any]] = {}
+        self.quota_store = IpQuotaStore(self.client, self._quotas_changed)
         self.node_id = -1
         self._token: trio.lowlevel.TrioToken | None = None
         self._lost = trio.Event()
@@ -146,6 +149,7 @@ class Registration:
         self.client.add_listener(self._state_changed)
         try:
             await trio.to_thread.run_sync(self.client.ensure_path, IDS_PATH)
+            await trio.to_thread.run_sync(self.quota_store.start)
             await self._register()
             self.client.ChildrenWatch(IDS_PATH, self._children_changed)
             await self._wait_for_first_view()
@@ -221,6 +225,12 @@ class Registration:
             except trio.RunFinishedError:
                 return False
         return True
+
+    def _quotas_changed(self, snapshot: dict[str | None, float]) -> None:
+        # kazoo thread: hand the snapshot to trio without blocking.
+        if self._token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self.sidecar.set_ip_quotas, snapshot)
 
     def _install(self, bodies: dict[int, dict[str, Any]]) -> None:
         self.bodies = bodies

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from protocol.apis import API_VERSIONS
 from protocol.framing import size_prefix
 from protocol.headers import RequestHeader, decode_response_header
+from proxy.handlers import client_quotas
 from proxy.handlers.api_versions import advertised_ranges, handle_api_versions
 from proxy.handlers.broker_metadata import handle_broker_metadata
 from proxy.rewrite import Rewriter, rewrites_version
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from proxy.server import Sidecar
 
 log = logging.getLogger(__name__)
+
+
+#: Quota admin APIs: answered here when they name the ip entity (KIP-612), else forwarded.
+QUOTA_KEYS = frozenset({client_quotas.DESCRIBE_CLIENT_QUOTAS, client_quotas.ALTER_CLIENT_QUOTAS})
 
 
 class Decision(Enum):
@@ -45,9 +50,14 @@ class Router:
         self.local_keys = {API_VERSIONS, sidecar.registry.broker_metadata_key}
         self.rewriter = Rewriter(sidecar.address_book, listener, self._unmapped)
 
-    def decide(self, header: RequestHeader) -> Decision:
-        """FORWARD, LOCAL or UNSUPPORTED for this request."""
+    def decide(self, header: RequestHeader, body: memoryview | None = None) -> Decision:
+        """FORWARD, LOCAL or UNSUPPORTED for this request (``body``: the frame after its size)."""
         key, version = header.api_key, header.api_version
+        if key in QUOTA_KEYS and body is not None:
+            info = self.sidecar.upstream.info
+            broker_has = info is not None and key in info.api_versions
+            if client_quotas.is_ours(self.registry, key, version, body[header.size :], broker_has):
+                return Decision.LOCAL
         if key in self.local_keys:
             # ApiVersions answers every version itself (UNSUPPORTED_VERSION with a v0 body).
             api = self.registry.api(key)
@@ -63,12 +73,18 @@ class Router:
         known = self.registry.get(key)
         return Decision.FORWARD if known is not None and version in known.versions else Decision.UNSUPPORTED
 
-    def answer(self, header: RequestHeader, body: memoryview, connection: Connection) -> tuple[int, bytes]:
+    async def answer(
+        self, header: RequestHeader, body: memoryview, connection: Connection
+    ) -> tuple[int, bytes]:
         """Answer a LOCAL request: ``(response version, response body)``."""
+        if header.api_key == client_quotas.DESCRIBE_CLIENT_QUOTAS:
+            return header.api_version, await client_quotas.handle_describe(self.sidecar, header.api_version, body)
+        if header.api_key == client_quotas.ALTER_CLIENT_QUOTAS:
+            return header.api_version, await client_quotas.handle_alter(self.sidecar, header.api_version, body)
         if header.api_key == API_VERSIONS:
             info = self.sidecar.upstream.info
             ranges = advertised_ranges(
-                self.registry, info.api_versions if info else None, self.local_keys
+                self.registry, info.api_versions if info else None, self.local_keys | QUOTA_KEYS
             )
             features = info.api_versions_body if info is not None else None
             return handle_api_versions(self.registry, header.api_version, body, ranges, features)

@@ -3,16 +3,23 @@
 Sans-IO restatement of Kafka's ``ConnectionQuotas`` (SocketServer.scala). The listener's
 accept loop asks, for every new connection:
 
-1. :meth:`AcceptGate.record_connection` before handing the socket on: records it on the
-   sidecar-wide and listener sensors and returns how long the acceptor must wait (the
-   larger of the two throttle times; a *protected* listener — ``inter.broker.listener.name``
-   — only honours its own limit). The loop sleeps that long and never drops here. It also
-   waits while :meth:`AcceptGate.slot_available` is false (``max.connections``).
-2. :meth:`AcceptGate.admit_ip` once the peer address is known: the per-IP rate quota (on
-   violation the connection is *un-recorded* from all sensors and must be held for the
-   returned delay, then closed — "delay, then drop") and ``max.connections.per.ip``
-   (over it: close at once).
-3. :meth:`AcceptGate.release` when an admitted connection closes.
+1. :meth:`AcceptGate.check_ip_rate` as soon as the peer address is known: the per-IP rate
+   quota. On violation the connection is held for the returned delay, then closed
+   ("delay, then drop") and counts on no sensor but its IP's, whose recording is taken
+   back — the same outcome as Kafka's un-recording from every sensor.
+2. :meth:`AcceptGate.record_connection`: records it on the sidecar-wide and listener
+   sensors and returns how long the acceptor must wait (the larger of the two throttle
+   times; a *protected* listener — ``inter.broker.listener.name`` — only honours its own
+   limit). The loop sleeps that long and never drops here. It also waits while
+   :meth:`AcceptGate.slot_available` is false (``max.connections``).
+3. :meth:`AcceptGate.admit_ip`: ``max.connections.per.ip`` (over it: close at once), checked
+   last as in Kafka; otherwise the connection is counted as open.
+4. :meth:`AcceptGate.release` when an admitted connection closes.
+
+One deliberate difference from Kafka's order: Kafka charges the sidecar-wide delay before
+the per-IP check, so an offending IP's surplus connections cost the acceptor time and
+delay every other client; here they are turned away first. Rates and the per-IP outcome
+are the same; well-behaved IPs are no longer queued behind an offender's storm.
 
 Per-IP sensors idle for an hour are dropped (:meth:`AcceptGate.expire`), as Kafka expires
 its per-IP sensors. Every method takes ``now_ms``; nothing here sleeps or reads a clock.
@@ -138,22 +145,22 @@ class AcceptGate:
 
     # -- once the peer is known ---------------------------------------------------------
 
-    def admit_ip(self, listener: str, ip: str, now_ms: int) -> Admission:
-        """Per-IP rate quota, then the per-IP connection count; counts an accepted one."""
+    def check_ip_rate(self, listener: str, ip: str, now_ms: int) -> Admission:
+        """The per-IP connection-rate quota: ACCEPT, or THROTTLE with the hold time."""
         quota = self.ip_rate(ip)
-        if quota is not None:
-            sensor = self._ip_sensor(ip, quota)
-            self._ip_last_ms[ip] = now_ms
-            delay = sensor.record(now_ms)
-            if delay > 0:
-                # The connection will not be accepted: take it back everywhere (Kafka does).
-                sensor.unrecord(now_ms)
-                state = self._listener(listener)
-                state.rate.unrecord(now_ms)
-                if listener != self.config.protected_listener:
-                    self.sidecar.unrecord(now_ms)
-                state.ip_throttle.record(delay, now_ms)
-                return Admission(Verdict.THROTTLE, delay)
+        if quota is None:
+            return Admission(Verdict.ACCEPT)
+        sensor = self._ip_sensor(ip, quota)
+        self._ip_last_ms[ip] = now_ms
+        delay = sensor.record(now_ms)
+        if delay <= 0:
+            return Admission(Verdict.ACCEPT)
+        sensor.unrecord(now_ms)  # it will not be accepted: it must not count (Kafka)
+        self._listener(listener).ip_throttle.record(delay, now_ms)
+        return Admission(Verdict.THROTTLE, delay)
+
+    def admit_ip(self, listener: str, ip: str) -> Admission:
+        """``max.connections.per.ip`` (and overrides); counts the connection as open."""
         count = self._ip_counts.get(ip, 0)
         cap = self.config.max_connections_per_ip_overrides.get(ip, self.config.max_connections_per_ip)
         if cap is not None and count >= cap:

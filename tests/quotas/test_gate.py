@@ -51,54 +51,60 @@ def test_throttle_time_metric_records_delays() -> None:
     assert gate.accept_throttle_ms("A", 0) == pytest.approx(150)
 
 
-def test_per_ip_throttle_unrecords_everywhere_and_holds() -> None:
+def accept(gate: AcceptGate, listener: str, ip: str, now: int = 0) -> Verdict:
+    """The acceptor's sequence: IP rate, sidecar/listener record, IP count."""
+    first = gate.check_ip_rate(listener, ip, now)
+    if first.verdict is not Verdict.ACCEPT:
+        return first.verdict
+    gate.record_connection(listener, now)
+    return gate.admit_ip(listener, ip).verdict
+
+
+def test_per_ip_throttle_counts_nowhere_and_holds() -> None:
     quotas = {"10.0.0.1": 10.0}
     gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=1000.0, listener_rates={"A": 1000.0}), quotas.get)
-    for _ in range(100):
-        gate.record_connection("A", 0)
-        assert gate.admit_ip("A", "10.0.0.1", 0) == Admission(Verdict.ACCEPT)
+    assert [accept(gate, "A", "10.0.0.1") for _ in range(100)] == [Verdict.ACCEPT] * 100
     before_sidecar = gate.sidecar_accept_rate(0)
     before_listener = gate.listener_accept_rate("A", 0)
-    gate.record_connection("A", 0)
-    verdict = gate.admit_ip("A", "10.0.0.1", 0)
-    assert verdict == Admission(Verdict.THROTTLE, 100)
-    # Un-recorded: the throttled connection does not count anywhere.
+    # The 101st from that IP: 10.1/s over W = 10 s -> hold 100 ms, then close.
+    assert gate.check_ip_rate("A", "10.0.0.1", 0) == Admission(Verdict.THROTTLE, 100)
+    # It counts nowhere: not on the sidecar, the listener, nor (taken back) its IP.
     assert gate.sidecar_accept_rate(0) == pytest.approx(before_sidecar)
     assert gate.listener_accept_rate("A", 0) == pytest.approx(before_listener)
     assert gate.ip_accept_rates(0, 10) == {"10.0.0.1": pytest.approx(10.0)}
     assert gate.ip_throttle_ms("A", 0) == pytest.approx(100)
     assert gate.ip_count("10.0.0.1") == 100
     # Another IP without a quota is unaffected.
-    assert gate.admit_ip("A", "10.0.0.2", 0).verdict is Verdict.ACCEPT
+    assert accept(gate, "A", "10.0.0.2") is Verdict.ACCEPT
 
 
 def test_ip_quota_change_applies_to_the_next_connection() -> None:
     quotas: dict[str, float] = {"10.0.0.1": 100.0}
     gate = AcceptGate(GateConfig(rate=CFG), quotas.get)
     for _ in range(20):
-        assert gate.admit_ip("A", "10.0.0.1", 0).verdict is Verdict.ACCEPT
-    quotas["10.0.0.1"] = 1.0  # 20 recorded over W = 10 s is 2/s > 1/s
-    assert gate.admit_ip("A", "10.0.0.1", 0).verdict is Verdict.THROTTLE
+        assert accept(gate, "A", "10.0.0.1") is Verdict.ACCEPT
+    quotas["10.0.0.1"] = 1.0  # 21 recorded over W = 10 s is 2.1/s > 1/s
+    assert gate.check_ip_rate("A", "10.0.0.1", 0).verdict is Verdict.THROTTLE
 
 
 def test_max_connections_per_ip_and_overrides_close_at_once() -> None:
     gate = AcceptGate(GateConfig(rate=CFG, max_connections_per_ip=2, max_connections_per_ip_overrides={"10.0.0.9": 3}))
-    assert [gate.admit_ip("A", "10.0.0.1", 0).verdict for _ in range(3)] == [
+    assert [gate.admit_ip("A", "10.0.0.1").verdict for _ in range(3)] == [
         Verdict.ACCEPT, Verdict.ACCEPT, Verdict.TOO_MANY,
     ]
-    assert [gate.admit_ip("A", "10.0.0.9", 0).verdict for _ in range(4)] == [
+    assert [gate.admit_ip("A", "10.0.0.9").verdict for _ in range(4)] == [
         Verdict.ACCEPT, Verdict.ACCEPT, Verdict.ACCEPT, Verdict.TOO_MANY,
     ]
     gate.release("A", "10.0.0.1")
-    assert gate.admit_ip("A", "10.0.0.1", 0).verdict is Verdict.ACCEPT
+    assert gate.admit_ip("A", "10.0.0.1").verdict is Verdict.ACCEPT
 
 
 def test_connection_slots() -> None:
     gate = AcceptGate(GateConfig(rate=CFG, max_connections=2, listener_max_connections={"B": 1},
                                  protected_listener="P"))
-    gate.admit_ip("A", "1.1.1.1", 0)
+    gate.admit_ip("A", "1.1.1.1")
     assert gate.slot_available("A")
-    gate.admit_ip("B", "1.1.1.2", 0)
+    gate.admit_ip("B", "1.1.1.2")
     assert not gate.slot_available("B")  # B's own cap
     assert not gate.slot_available("A")  # the sidecar-wide cap
     assert gate.slot_available("P")  # protected listener ignores the sidecar-wide cap
@@ -111,8 +117,8 @@ def test_connection_slots() -> None:
 
 def test_idle_ip_sensors_expire_after_an_hour() -> None:
     gate = AcceptGate(GateConfig(rate=CFG), lambda ip: 5.0)
-    gate.admit_ip("A", "10.0.0.1", 0)
-    gate.admit_ip("A", "10.0.0.2", 1000)
+    gate.check_ip_rate("A", "10.0.0.1", 0)
+    gate.check_ip_rate("A", "10.0.0.2", 1000)
     assert gate.expire(IP_SENSOR_EXPIRY_MS - 1) == 0
     assert gate.expire(IP_SENSOR_EXPIRY_MS) == 1
     assert list(gate.ip_accept_rates(IP_SENSOR_EXPIRY_MS, 10)) == ["10.0.0.2"]
