@@ -314,6 +314,11 @@ KEYS: tuple[Key, ...] = (
     Key("inter.broker.listener.name", "string", "",
         "The protected listener: it honours only its own connection limits (KIP-612, KIP-402).",
         lambda k, v: v.strip().upper()),
+    Key("sidecar.connection.rate.smoothing", "bool", "true",
+        "Cap each quota window of the sidecar-wide and listener connection rates at "
+        "limit × window, so Kafka's burst on a fresh (or recycled) sensor is spread out. "
+        "false: Kafka's formula exactly (bursts of up to (quota.window.num - 1) × limit).",
+        _bool, "true|false"),
     Key("quota.window.num", "int", "11", "Samples in a connection-rate sensor (Kafka's default).",
         _int(1), ">= 1"),
     Key("quota.window.size.seconds", "int", "1",

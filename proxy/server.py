@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.apis import PRODUCE, ApiRegistry
-from proxy.acceptor import accept_loop
+from proxy.acceptor import serve_listener
 from proxy.addressing import (
     AddressBook,
     OffsetAddressBook,
@@ -59,6 +59,7 @@ def gate_config(config: SidecarConfig) -> GateConfig:
         listener_max_connections={n: m for n, m in listener_max.items() if m is not None and limit(m) is not None},
         max_connections_per_ip=None if limit(max_per_ip) is None else max_per_ip,
         max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
+        smoothing=config["sidecar.connection.rate.smoothing"],
     )
 
 
@@ -226,11 +227,7 @@ class Sidecar:
         async with trio.open_nursery() as connections:
             with scope:
                 try:
-                    async with trio.open_nursery() as acceptors:
-                        for socket_listener in sockets:
-                            acceptors.start_soon(
-                                accept_loop, self, endpoint.name, socket_listener, context, connections
-                            )
+                    await serve_listener(self, endpoint.name, sockets, context, connections)
                 finally:
                     for socket_listener in sockets:
                         await trio.aclose_forcefully(socket_listener)

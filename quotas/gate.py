@@ -7,14 +7,20 @@ accept loop asks, for every new connection:
    quota. On violation the connection is held for the returned delay, then closed
    ("delay, then drop") and counts on no sensor but its IP's, whose recording is taken
    back — the same outcome as Kafka's un-recording from every sensor.
-2. :meth:`AcceptGate.record_connection`: records it on the sidecar-wide and listener
-   sensors and returns how long the acceptor must wait (the larger of the two throttle
-   times; a *protected* listener — ``inter.broker.listener.name`` — only honours its own
-   limit). The loop sleeps that long and never drops here. It also waits while
-   :meth:`AcceptGate.slot_available` is false (``max.connections``).
+2. :meth:`AcceptGate.connection_delay` until it is 0, sleeping each delay (the larger of
+   the sidecar-wide and listener throttle times; a *protected* listener —
+   ``inter.broker.listener.name`` — only honours its own limit), and while
+   :meth:`AcceptGate.slot_available` is false (``max.connections``); then
+   :meth:`AcceptGate.record_connection`. Never drops here.
 3. :meth:`AcceptGate.admit_ip`: ``max.connections.per.ip`` (over it: close at once), checked
    last as in Kafka; otherwise the connection is counted as open.
 4. :meth:`AcceptGate.release` when an admitted connection closes.
+
+Smoothing (``sidecar.connection.rate.smoothing``, on by default): Kafka's ``Rate`` lets a
+fresh sensor admit (samples - 1) × limit at once, and that burst comes back each time its
+sample expires, so a trailing sensor-length span can hold far more than span × limit.
+With smoothing the sidecar-wide and listener sensors also take at most limit × window per
+sample window. Off, the gate is Kafka's formula exactly. Per-IP quotas are always exact.
 
 One deliberate difference from Kafka's order: Kafka charges the sidecar-wide delay before
 the per-IP check, so an offending IP's surplus connections cost the acceptor time and
@@ -57,6 +63,8 @@ class GateConfig:
     listener_max_connections: Mapping[str, int | None] = field(default_factory=dict)
     max_connections_per_ip: int | None = None
     max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
+    #: Cap each sample window of the sidecar-wide and listener sensors at limit × window.
+    smoothing: bool = True
 
     @property
     def max_throttle_ms(self) -> int:
@@ -84,7 +92,9 @@ class _ListenerState:
     __slots__ = ("accept_throttle", "blocked_ms", "count", "ip_throttle", "rate")
 
     def __init__(self, config: GateConfig, name: str) -> None:
-        self.rate = QuotaSensor(config.rate, config.listener_rates.get(name), config.max_throttle_ms)
+        self.rate = QuotaSensor(
+            config.rate, config.listener_rates.get(name), config.max_throttle_ms, smooth=config.smoothing
+        )
         self.accept_throttle = Average(config.rate)
         self.ip_throttle = Average(config.rate)
         self.count = 0
@@ -101,7 +111,9 @@ class AcceptGate:
     ) -> None:
         self.config = config
         self.ip_rate = ip_rate
-        self.sidecar = QuotaSensor(config.rate, config.sidecar_rate, config.max_throttle_ms)
+        self.sidecar = QuotaSensor(
+            config.rate, config.sidecar_rate, config.max_throttle_ms, smooth=config.smoothing
+        )
         self._listeners: dict[str, _ListenerState] = {}
         self._ip_sensors: dict[str, QuotaSensor] = {}
         self._ip_last_ms: dict[str, int] = {}
@@ -116,17 +128,28 @@ class AcceptGate:
 
     # -- before accepting ---------------------------------------------------------------
 
-    def record_connection(self, listener: str, now_ms: int) -> int:
-        """Record a new connection on the sidecar and listener sensors; return the delay."""
+    def connection_delay(self, listener: str, now_ms: int) -> int:
+        """How long the acceptor must wait before this listener may take one more connection.
+
+        Kafka records the connection first and then waits; the sidecar waits first and
+        records when it really accepts (:meth:`record_connection`), so every recorded
+        time is an accept time and no span can hold connections counted earlier than they
+        were let in. The delay is Kafka's formula, bounded by one window.
+        """
         state = self._listener(listener)
+        own = state.rate.delay_for_one_more(now_ms)
         if listener == self.config.protected_listener:
-            sidecar_delay = 0
-        else:
-            sidecar_delay = self.sidecar.record(now_ms)
-        delay = max(sidecar_delay, state.rate.record(now_ms))
-        if delay > 0:
-            state.accept_throttle.record(delay, now_ms)
-        return delay
+            return own
+        return max(own, self.sidecar.delay_for_one_more(now_ms))
+
+    def record_connection(self, listener: str, now_ms: int, waited_ms: float = 0.0) -> None:
+        """Record an accepted connection on the sidecar and listener sensors."""
+        state = self._listener(listener)
+        if listener != self.config.protected_listener:
+            self.sidecar.record(now_ms)
+        state.rate.record(now_ms)
+        if waited_ms > 0:
+            state.accept_throttle.record(waited_ms, now_ms)
 
     def slot_available(self, listener: str) -> bool:
         """``max.connections`` (sidecar-wide, except a protected listener) and per listener."""
@@ -152,10 +175,11 @@ class AcceptGate:
             return Admission(Verdict.ACCEPT)
         sensor = self._ip_sensor(ip, quota)
         self._ip_last_ms[ip] = now_ms
-        delay = sensor.record(now_ms)
+        delay = sensor.delay_for_one_more(now_ms)
         if delay <= 0:
+            sensor.record(now_ms)
             return Admission(Verdict.ACCEPT)
-        sensor.unrecord(now_ms)  # it will not be accepted: it must not count (Kafka)
+        # Not accepted, so not counted (Kafka records it, then takes it back).
         self._listener(listener).ip_throttle.record(delay, now_ms)
         return Admission(Verdict.THROTTLE, delay)
 

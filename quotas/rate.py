@@ -86,6 +86,14 @@ class Rate:
             elapsed += (min_full_windows - full_windows) * self.config.window_ms
         return max(elapsed, 1)
 
+    def current_window(self, now_ms: int) -> tuple[float, int]:
+        """``(events in the sample a recording at now_ms would join, when that sample ends)``."""
+        if self._samples:
+            sample = self._samples[self._current]
+            if now_ms - sample.start_ms < self.config.window_ms:
+                return sample.value, sample.start_ms + self.config.window_ms
+        return 0.0, now_ms + self.config.window_ms
+
     def last_activity_ms(self) -> int | None:
         """Start of the newest sample, or ``None`` before any recording."""
         if not self._samples:
@@ -136,12 +144,16 @@ class QuotaSensor:
     count, for the accept-rate metrics, but never throttle.
     """
 
-    __slots__ = ("max_throttle_ms", "quota", "rate")
+    __slots__ = ("max_throttle_ms", "quota", "rate", "smooth")
 
-    def __init__(self, config: RateConfig, quota: float | None, max_throttle_ms: int) -> None:
+    def __init__(
+        self, config: RateConfig, quota: float | None, max_throttle_ms: int, *, smooth: bool = False
+    ) -> None:
         self.rate = Rate(config)
         self.quota = quota
         self.max_throttle_ms = max_throttle_ms
+        #: Also cap each sample window at ``quota × window`` events (see delay_for_one_more).
+        self.smooth = smooth
 
     def record(self, now_ms: int, value: float = 1.0) -> int:
         """Record and return the bounded throttle time (0 when within quota)."""
@@ -153,6 +165,29 @@ class QuotaSensor:
         if self.quota <= 0:  # a zero quota refuses everything: the longest delay
             return self.max_throttle_ms
         return max(0, min(throttle_time_ms(self.rate, self.quota, now_ms), self.max_throttle_ms))
+
+    def delay_for_one_more(self, now_ms: int) -> int:
+        """How long to wait before one more event fits the quota, without recording it.
+
+        The same formula as :meth:`record`, applied to the rate the event would make.
+        """
+        if self.quota is None:
+            return 0
+        if self.quota <= 0:
+            return self.max_throttle_ms
+        window = self.rate.window_size_ms(now_ms)
+        measured = (self.rate._windowed_sum(now_ms) + 1.0) / (window / 1000.0)
+        if measured > self.quota:
+            return max(1, min(round((measured - self.quota) / self.quota * window), self.max_throttle_ms))
+        if self.smooth:
+            # Kafka's formula alone lets a fresh sensor, and every later expiry of the
+            # sample that held that burst, admit up to (samples - 1) × quota at once; the
+            # bursts recur every sensor length and a trailing span can catch two of them.
+            # Smoothing spreads them: no sample window takes more than quota × window.
+            used, window_end = self.rate.current_window(now_ms)
+            if used + 1.0 > self.quota * self.rate.config.window_ms / 1000.0:
+                return max(1, window_end - now_ms)
+        return 0
 
     def unrecord(self, now_ms: int) -> None:
         """Take one event back without a quota check (a throttled per-IP connection)."""

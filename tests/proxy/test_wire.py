@@ -344,7 +344,7 @@ async def test_responses_that_may_name_brokers_pass_unchanged_when_they_name_non
     [
         (9999, 0, b"\x00\x00\x00\x01anything"),  # an API key nobody knows
         (3, 99, b"\x00"),  # Metadata at a version nobody speaks
-        (48, 0, b""),  # DescribeClientQuotas: we parse it, Tansu does not support it
+        (68, 0, b""),  # ConsumerGroupHeartbeat: we parse it, Tansu does not support it
         (BROKER_METADATA, 7, b""),  # our own API at a version we do not have
     ],
 )
@@ -436,6 +436,8 @@ def expected_ranges(direct: dict[int, tuple[int, int]]) -> dict[int, tuple[int, 
             expected[key] = cut
     expected[18] = (0, 4)
     expected[BROKER_METADATA] = (0, 1)
+    expected[48] = (0, 1)  # DescribeClientQuotas / AlterClientQuotas: the sidecar answers
+    expected[49] = (0, 1)  # them for the ip entity (KIP-612) even though Tansu has neither
     return expected
 
 

@@ -11,7 +11,14 @@ CFG = RateConfig(samples=11, window_ms=1000)
 
 
 def burst(gate: AcceptGate, listener: str, n: int, now: int = 0) -> list[int]:
-    return [gate.record_connection(listener, now) for _ in range(n)]
+    """Offer ``n`` connections at ``now``; record those that need no wait; return the delays."""
+    delays = []
+    for _ in range(n):
+        delay = gate.connection_delay(listener, now)
+        if delay == 0:
+            gate.record_connection(listener, now)
+        delays.append(delay)
+    return delays
 
 
 def test_limit_maps_kafkas_int_max_to_none() -> None:
@@ -21,34 +28,55 @@ def test_limit_maps_kafkas_int_max_to_none() -> None:
 
 
 def test_sidecar_limit_delays_every_listener_but_the_protected_one() -> None:
-    gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=10.0, protected_listener="INTERNAL"))
+    gate = AcceptGate(GateConfig(rate=CFG, smoothing=False, sidecar_rate=10.0, protected_listener="INTERNAL"))
     # Fresh sensor, quota 10/s: 100 connections fit W = 10 s; the 101st measures 10.1/s
     # and waits (10.1 - 10) / 10 * 10,000 = 100 ms.
     assert burst(gate, "CLIENT", 100) == [0] * 100
-    assert gate.record_connection("CLIENT", 0) == 100
+    assert gate.connection_delay("CLIENT", 0) == 100
     # The protected listener honours only its own (absent) limit.
     assert burst(gate, "INTERNAL", 50) == [0] * 50
 
 
 def test_listener_limit_applies_in_addition_and_the_larger_delay_wins() -> None:
-    gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=100.0, listener_rates={"A": 1.0}))
+    gate = AcceptGate(GateConfig(rate=CFG, smoothing=False, sidecar_rate=100.0, listener_rates={"A": 1.0}))
     # Listener quota 1/s: 10 fit; the 11th measures 1.1/s -> 1,000 ms (the bound).
     assert burst(gate, "A", 10) == [0] * 10
-    assert gate.record_connection("A", 0) == 1000
+    assert gate.connection_delay("A", 0) == 1000
     assert burst(gate, "B", 10) == [0] * 10  # B only shares the sidecar-wide budget
 
 
 def test_protected_listener_own_limit_still_applies() -> None:
-    gate = AcceptGate(GateConfig(rate=CFG, listener_rates={"INTERNAL": 10.0}, protected_listener="INTERNAL"))
+    gate = AcceptGate(GateConfig(rate=CFG, smoothing=False, listener_rates={"INTERNAL": 10.0}, protected_listener="INTERNAL"))
     assert burst(gate, "INTERNAL", 100) == [0] * 100
-    assert gate.record_connection("INTERNAL", 0) == 100
+    assert gate.connection_delay("INTERNAL", 0) == 100
 
 
 def test_throttle_time_metric_records_delays() -> None:
-    gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=10.0))
-    burst(gate, "A", 102)
-    # delays 100 and 200 ms were recorded for the 101st and 102nd connections.
+    gate = AcceptGate(GateConfig(rate=CFG, smoothing=False, sidecar_rate=10.0))
+    gate.record_connection("A", 0, waited_ms=100)
+    gate.record_connection("A", 0, waited_ms=200)
+    gate.record_connection("A", 0)
+    # the mean over connections that waited
     assert gate.accept_throttle_ms("A", 0) == pytest.approx(150)
+
+
+def test_smoothing_spreads_a_fresh_burst_over_windows() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=10.0))  # smoothing is the default
+    # Kafka's formula alone would admit 100 at t=0; smoothing takes 10 per 1 s window.
+    assert burst(gate, "A", 11) == [0] * 10 + [1000]
+    assert gate.connection_delay("A", 400) == 600  # until the window that began at 0 ends
+    assert gate.connection_delay("A", 1000) == 0
+
+
+def test_waiting_the_delay_makes_room() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG, smoothing=False, sidecar_rate=10.0))
+    burst(gate, "A", 100)
+    delay = gate.connection_delay("A", 0)
+    assert delay == 100
+    # 99 ms later: W = 99 + 10 * 1,000 = 10,099 ms; 101 / 10.099 s > 10/s: 1 ms more.
+    assert gate.connection_delay("A", delay - 1) == 1
+    # After exactly the delay: W = 100 + 10 * 1,000 = 10,100 ms; 101 / 10.1 s = 10/s: fits.
+    assert gate.connection_delay("A", delay) == 0
 
 
 def accept(gate: AcceptGate, listener: str, ip: str, now: int = 0) -> Verdict:
@@ -62,7 +90,7 @@ def accept(gate: AcceptGate, listener: str, ip: str, now: int = 0) -> Verdict:
 
 def test_per_ip_throttle_counts_nowhere_and_holds() -> None:
     quotas = {"10.0.0.1": 10.0}
-    gate = AcceptGate(GateConfig(rate=CFG, sidecar_rate=1000.0, listener_rates={"A": 1000.0}), quotas.get)
+    gate = AcceptGate(GateConfig(rate=CFG, smoothing=False, sidecar_rate=1000.0, listener_rates={"A": 1000.0}), quotas.get)
     assert [accept(gate, "A", "10.0.0.1") for _ in range(100)] == [Verdict.ACCEPT] * 100
     before_sidecar = gate.sidecar_accept_rate(0)
     before_listener = gate.listener_accept_rate("A", 0)
@@ -88,7 +116,7 @@ def test_ip_quota_change_applies_to_the_next_connection() -> None:
 
 
 def test_max_connections_per_ip_and_overrides_close_at_once() -> None:
-    gate = AcceptGate(GateConfig(rate=CFG, max_connections_per_ip=2, max_connections_per_ip_overrides={"10.0.0.9": 3}))
+    gate = AcceptGate(GateConfig(rate=CFG, smoothing=False, max_connections_per_ip=2, max_connections_per_ip_overrides={"10.0.0.9": 3}))
     assert [gate.admit_ip("A", "10.0.0.1").verdict for _ in range(3)] == [
         Verdict.ACCEPT, Verdict.ACCEPT, Verdict.TOO_MANY,
     ]
@@ -100,7 +128,7 @@ def test_max_connections_per_ip_and_overrides_close_at_once() -> None:
 
 
 def test_connection_slots() -> None:
-    gate = AcceptGate(GateConfig(rate=CFG, max_connections=2, listener_max_connections={"B": 1},
+    gate = AcceptGate(GateConfig(rate=CFG, smoothing=False, max_connections=2, listener_max_connections={"B": 1},
                                  protected_listener="P"))
     gate.admit_ip("A", "1.1.1.1")
     assert gate.slot_available("A")
