@@ -1,7 +1,8 @@
 """The ``ksidecar`` command.
 
 ``ksidecar run --config sidecar.properties [--set key=value ...]`` runs a sidecar;
-``ksidecar demo`` runs the end-to-end demo. Later issues add ``quotas`` and ``features``.
+``ksidecar demo`` runs the end-to-end demo; ``ksidecar quotas`` describes and alters
+per-IP connection quotas over the wire (see :mod:`proxy.quotas_cli`).
 Exit codes: 0 on a clean stop (SIGTERM/SIGINT after draining), 2 for a configuration
 error (the message names the key), 1 for anything else.
 """
@@ -15,6 +16,7 @@ import sys
 
 import trio
 
+from proxy import quotas_cli
 from proxy.config import ConfigError, SidecarConfig, load_config
 from proxy.properties import PropertiesError
 
@@ -56,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
                      help="override one key (repeatable)")
     sub.add_parser("demo", help="run the end-to-end demo on loopback")
+    quotas_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "quotas":
+        return quotas_cli.run(args)
     if args.command == "demo":
         from proxy import demo
 

@@ -208,6 +208,7 @@ class Sidecar:
                 self.metrics_address = await nursery.start(serve_http, self, metrics_at)
             for endpoint, sockets in listeners:
                 nursery.start_soon(self._accept, endpoint, sockets)
+            nursery.start_soon(self._expire_ip_sensors)
             log.info(
                 "sidecar broker.id=%d listening on %s, upstream %s%s", self.broker_id,
                 ", ".join(f"{n}://{a}" for n, a in self.bound.items()), self.upstream.address,
@@ -231,6 +232,14 @@ class Sidecar:
                 finally:
                     for socket_listener in sockets:
                         await trio.aclose_forcefully(socket_listener)
+
+    async def _expire_ip_sensors(self) -> None:
+        """Drop per-IP rate sensors idle for an hour (Kafka expires them too)."""
+        while True:
+            await trio.sleep(60)
+            dropped = self.gate.expire(int(trio.current_time() * 1000))
+            if dropped:
+                log.debug("expired %d idle per-IP connection-rate sensor(s)", dropped)
 
     async def wait_slot_freed(self) -> None:
         """Wait until some admitted connection closes (``max.connections``)."""

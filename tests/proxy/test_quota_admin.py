@@ -176,3 +176,34 @@ async def test_user_quotas_go_to_the_broker_and_standalone_refuses_ip_writes(
         assert "without ZooKeeper" in body.entries[0].error_message  # type: ignore[attr-defined]
     finally:
         await wire.aclose()
+
+
+async def test_quotas_command_line(
+    start_sidecar: StartSidecar, zookeeper: ZooKeeperServer, zk_path: str, tansu: TansuServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from proxy.cli import main
+
+    sidecar = await start_sidecar(sidecar_keys(tansu.bootstrap, zookeeper_connect=zookeeper.connect_string(zk_path)))
+    bootstrap = f"127.0.0.1:{sidecar.bound['PLAINTEXT'].port}"
+
+    def cli(*args: str) -> int:
+        return main(["quotas", "--bootstrap-server", bootstrap, *args])
+
+    assert await trio.to_thread.run_sync(cli, "alter", "--ip", "10.1.2.3", "--add-config", "connection_creation_rate=100") == 0
+    assert await trio.to_thread.run_sync(cli, "alter", "--ip-defaults", "--add-config", "connection_creation_rate=30") == 0
+    capsys.readouterr()
+    assert await trio.to_thread.run_sync(cli, "describe", "--ip", "10.1.2.3") == 0
+    assert capsys.readouterr().out == "Quota configs for ip '10.1.2.3' are connection_creation_rate=100\n"
+    assert await trio.to_thread.run_sync(cli, "describe") == 0
+    assert capsys.readouterr().out == (
+        "Quota configs for the default IP are connection_creation_rate=30\n"
+        "Quota configs for ip '10.1.2.3' are connection_creation_rate=100\n"
+    )
+    assert await trio.to_thread.run_sync(cli, "alter", "--ip", "10.1.2.3", "--delete-config", "connection_creation_rate") == 0
+    capsys.readouterr()
+    assert await trio.to_thread.run_sync(cli, "describe", "--ip", "10.1.2.3") == 0
+    assert capsys.readouterr().out == "No per-IP quotas.\n"
+    assert await trio.to_thread.run_sync(cli, "alter", "--ip", "not-an-ip", "--add-config", "connection_creation_rate=1") == 1
+    assert "is not a valid IP address" in capsys.readouterr().err
+    assert await trio.to_thread.run_sync(cli, "alter", "--ip", "10.1.2.3", "--add-config", "bytes=1") == 2

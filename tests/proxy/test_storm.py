@@ -21,6 +21,7 @@ import os
 
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.rig.tansu import TansuServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
@@ -147,6 +148,29 @@ async def test_connection_storm(start_sidecar: StartSidecar, tansu: TansuServer)
         if s.name.endswith("_total") and s.labels["reason"] == "ip_throttled"
     )
     assert closed_total == sum(closed.get(ip, 0) for ip in OFFENDERS)
+    # The KIP-612 families, scraped over HTTP like Prometheus does.
+    assert sidecar.metrics_address is not None
+    stream = await trio.open_tcp_stream("127.0.0.1", sidecar.metrics_address.port)
+    await stream.send_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+    raw = b""
+    while chunk := await stream.receive_some(65536):
+        raw += chunk
+    await stream.aclose()
+    families = {f.name: f for f in text_string_to_metric_families(raw.split(b"\r\n\r\n", 1)[1].decode())}
+    value = {
+        name: {tuple(sorted(s.labels.items())): s.value for s in families[name].samples}
+        for name in (
+            "ksidecar_sidecar_connection_accept_rate", "ksidecar_connection_accept_rate",
+            "ksidecar_ip_connection_accept_rate", "ksidecar_ip_connection_accept_throttle_time_ms",
+            "ksidecar_connection_accept_throttle_time_ms", "ksidecar_acceptor_blocked_seconds",
+        )
+    }
+    assert 0 < value["ksidecar_sidecar_connection_accept_rate"][()] <= 1.1 * LIMIT
+    assert value["ksidecar_connection_accept_rate"][(("listener", "PLAINTEXT"),)] > 0
+    assert set(value["ksidecar_ip_connection_accept_rate"]) >= {(("ip", ip),) for ip in OFFENDERS}
+    assert 0 < value["ksidecar_ip_connection_accept_throttle_time_ms"][(("listener", "PLAINTEXT"),)] <= 1000
+    assert value["ksidecar_acceptor_blocked_seconds"][(("listener", "PLAINTEXT"),)] > 0
+
     with trio.fail_after(10):
         while sidecar.connections or sidecar.gate.total:
             await trio.sleep(0.05)
