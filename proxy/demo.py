@@ -55,6 +55,7 @@ class DemoResult:
     committed: int
     missing: int
     elapsed: float
+    quota: str = ""
 
     @property
     def ok(self) -> bool:
@@ -96,6 +97,37 @@ def _print_sidecar_counts(sidecar: SidecarServer) -> None:
                 totals[key] = totals.get(key, 0) + sample.value
     lines = ", ".join(f"{k} {int(v)}" for k, v in sorted(totals.items()))
     print(f"  sidecar counted requests: {lines}", flush=True)
+
+
+DEMO_IP = "127.0.0.99"
+
+
+def demo_ip_quota(bootstrap: str, zookeeper: ZooKeeperServer) -> str:
+    """Set a per-IP connection quota through the sidecar (AlterClientQuotas, KIP-612) and
+    read it back over the wire and from ZooKeeper; return a one-line account."""
+    from kazoo.client import KazooClient
+
+    from proxy.admin_client import AdminClient
+
+    with AdminClient(bootstrap) as client:
+        altered = client.call(49, 1, {
+            "Entries": [{"Entity": [{"EntityType": "ip", "EntityName": DEMO_IP}],
+                         "Ops": [{"Key": "connection_creation_rate", "Value": 10.0, "Remove": False}]}],
+            "ValidateOnly": False,
+        })
+        if altered.Entries[0].ErrorCode:
+            return f"AlterClientQuotas refused: {altered.Entries[0].ErrorMessage}"
+        described = client.call(48, 1, {"Components": [{"EntityType": "ip", "MatchType": 0, "Match": DEMO_IP}],
+                                        "Strict": False})
+    rate = described.Entries[0].Values[0].Value if described.Entries else None
+    zk = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10)
+    zk.start(timeout=10)
+    try:
+        stored = zk.get(f"/config/ips/{DEMO_IP}")[0].decode()
+    finally:
+        zk.stop()
+        zk.close()
+    return f"{DEMO_IP} limited to {rate:g} connections/s via AlterClientQuotas; ZooKeeper holds {stored}"
 
 
 def prepare_zookeeper(zookeeper: ZooKeeperServer) -> str:
@@ -198,6 +230,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
         create_topic(bootstrap, topic, partitions)
         produced = produce(bootstrap, topic, values)
         received, committed = consume(bootstrap, topic, group, partitions, records)
+        quota = demo_ip_quota(bootstrap, zookeeper)
         return DemoResult(
             broker=broker.bootstrap,
             broker_startup=broker.process.startup_seconds or 0.0,
@@ -213,6 +246,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
             consumed=len(received),
             committed=committed,
             missing=len(set(values) - set(received)),
+            quota=quota,
             elapsed=time.monotonic() - began,
         )
 
@@ -234,6 +268,7 @@ def summary(result: DemoResult) -> str:
             f"{result.consumed} records in group {result.group}, {result.missing} missing",
         ),
         ("committed", f"{result.committed} (sum of the group's committed offsets)"),
+        ("quota", result.quota),
         ("elapsed", f"{result.elapsed:.1f} s"),
         ("result", "OK" if result.ok else "FAILED"),
     ]
