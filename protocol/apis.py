@@ -21,6 +21,8 @@ API_VERSIONS = 18
 CONTROLLED_SHUTDOWN = 7
 PRODUCE = 0
 SASL_HANDSHAKE = 17
+#: The highest API key Kafka has assigned (as far as the generated table knows).
+KAFKA_MAX_API_KEY = max(REQUESTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +44,11 @@ class Api:
         return self.request.is_flexible(version)
 
     def request_header_version(self, version: int) -> int:
-        """Request header version: 2 if flexible else 1; ControlledShutdown v0 uses 0."""
-        if self.key == CONTROLLED_SHUTDOWN and version == 0:
-            return 0
+        """Request header version: 2 if flexible else 1.
+
+        (ControlledShutdown v0, the one request with header v0, is not a client API and has
+        no :class:`Api` here; :func:`protocol.headers.request_header_version` knows it.)
+        """
         return 2 if self.request.is_flexible(version) else 1
 
     def response_header_version(self, version: int) -> int:
@@ -64,10 +68,12 @@ class ApiRegistry:
     def __init__(self, broker_metadata_key: int = extensions.BROKER_METADATA_API_KEY) -> None:
         if not 0 <= broker_metadata_key <= 0x7FFF:
             raise ValueError(f"BrokerMetadata API key {broker_metadata_key} is not an int16 >= 0")
-        if broker_metadata_key in REQUESTS:
+        if broker_metadata_key <= KAFKA_MAX_API_KEY:
+            # Kafka assigns keys densely; the gaps in our table are controller-only or
+            # ZooKeeper-era APIs (4-7 included), which are Kafka's all the same.
             raise ValueError(
-                f"BrokerMetadata API key {broker_metadata_key} collides with Kafka's "
-                f"{REQUESTS[broker_metadata_key].name}"
+                f"BrokerMetadata API key {broker_metadata_key} collides with Kafka's API keys "
+                f"(0-{KAFKA_MAX_API_KEY})"
             )
         apis: dict[int, Api] = {}
         for key, request in REQUESTS.items():
@@ -117,3 +123,40 @@ class ApiRegistry:
 
 #: The registry with BrokerMetadata at its default key.
 DEFAULT_REGISTRY = ApiRegistry()
+
+
+def flexible_from(api: Api) -> int | None:
+    """The first version of ``api`` with flexible encodings, ``None`` if it has none."""
+    hi = api.versions.hi
+    assert hi is not None  # every API in the table has a closed valid range
+    flexible = [v for v in range(api.versions.lo, hi + 1) if api.is_flexible(v)]
+    return flexible[0] if flexible else None
+
+
+def markdown_table(registry: ApiRegistry = DEFAULT_REGISTRY) -> str:
+    """The API key table of ``docs/protocol.md``: key, name, versions, flexible-from."""
+    lines = [
+        "| Key | API | Versions parsed | Flexible from |",
+        "| ---: | --- | --- | --- |",
+    ]
+    for api in registry:
+        first = flexible_from(api)
+        lines.append(
+            f"| {api.key} | {api.name} | {api.versions} | {'never' if first is None else first} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m protocol.apis --markdown``: print the API key table for the docs."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m protocol.apis", description=main.__doc__)
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.parse_args(argv)
+    print(markdown_table(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

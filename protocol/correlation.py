@@ -139,7 +139,9 @@ class CorrelationTracker:
             self._enter_sasl_if_accepted(head, frame)
         return head
 
-    def _enter_sasl_if_accepted(self, head: InFlight, frame: bytes | bytearray | memoryview) -> None:
+    def _enter_sasl_if_accepted(
+        self, head: InFlight, frame: bytes | bytearray | memoryview
+    ) -> None:
         api = self.registry.api(SASL_HANDSHAKE)
         try:
             body = decode(api.response, 0, memoryview(frame)[4:])

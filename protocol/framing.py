@@ -109,13 +109,12 @@ class FrameDecoder:
         first = self._chunks[0]
         if self._head + 4 <= len(first):
             return bytes(first[self._head : self._head + 4])
-        gathered = bytearray()
-        offset = self._head
-        for chunk in self._chunks:
-            gathered += chunk[offset : offset + 4 - len(gathered)]
-            offset = 0
-            if len(gathered) == 4:
-                break
+        # Called with at least 4 bytes buffered, so the chunks that follow hold the rest.
+        gathered = bytearray(first[self._head :])
+        following = 1
+        while len(gathered) < 4:
+            gathered += self._chunks[following][: 4 - len(gathered)]
+            following += 1
         return bytes(gathered)
 
     def _starved(self) -> Sentinel:

@@ -5,9 +5,12 @@ with an int16 length, *never* compact, even in v2); v2 adds a tagged-field secti
 Response header v0 is CorrelationId; v1 adds a tagged-field section. Which version a
 message uses is decided by :class:`protocol.apis.Api`.
 
-The fixed 8-byte request prefix is read by a *compiled* construct on every frame the
-sidecar forwards; ``tests/protocol/test_headers.py`` proves the compiled and interpreted
-forms agree on arbitrary bytes, failures included (STYLE.md, "construct").
+The schemas are the generated table's ``RequestHeader``/``ResponseHeader`` specs, read by
+:func:`protocol.schema.compiled_parser`: every frame the sidecar forwards has its header
+decoded, so the compiled form matters (``python -m tests.bench.protocol_bench``), and
+``tests/protocol/test_compiled.py`` proves compiled and interpreted parsers agree on
+arbitrary bytes, failures included (STYLE.md, "construct"). Decoding reads the v0 prefix,
+picks the header version from the API key and version, then reads that version's header.
 """
 
 from __future__ import annotations
@@ -16,29 +19,21 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import construct as c
-
 from protocol import primitives as p
-from protocol.apis import DEFAULT_REGISTRY, ApiRegistry
-from protocol.errors import Truncated
+from protocol.apis import CONTROLLED_SHUTDOWN, DEFAULT_REGISTRY, ApiRegistry
+from protocol.messages import HEADERS
+from protocol.schema import compiled_parser, encode
+
+REQUEST_HEADER = HEADERS["RequestHeader"]
+RESPONSE_HEADER = HEADERS["ResponseHeader"]
 
 #: ApiKey, ApiVersion, CorrelationId: the part of every request header (all versions).
-REQUEST_PREFIX = c.Struct(
-    "api_key" / p.Int16,
-    "api_version" / p.Int16,
-    "correlation_id" / p.Int32,
-)
 REQUEST_PREFIX_SIZE = 8
-_REQUEST_PREFIX_COMPILED = REQUEST_PREFIX.compile()
-
 #: CorrelationId: the part of every response header.
-RESPONSE_PREFIX = c.Struct("correlation_id" / p.Int32)
 RESPONSE_PREFIX_SIZE = 4
-_RESPONSE_PREFIX_COMPILED = RESPONSE_PREFIX.compile()
 
-#: RequestHeader.ClientId: classic nullable string in every header version.
-CLIENT_ID = p.KString(nullable=True)
-_NO_TAGS = p.TaggedFields(())
+_REQUEST_PARSERS = tuple(compiled_parser(REQUEST_HEADER, v) for v in (0, 1, 2))
+_RESPONSE_PARSERS = tuple(compiled_parser(RESPONSE_HEADER, v) for v in (0, 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +51,15 @@ class RequestHeader:
 
 def peek_request(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """``(api_key, api_version, correlation_id)`` of a request frame body, nothing more."""
-    if len(frame) < REQUEST_PREFIX_SIZE:
-        raise Truncated(f"request header needs 8 bytes, frame has {len(frame)}")
-    prefix = _REQUEST_PREFIX_COMPILED.parse(frame)
-    return prefix.api_key, prefix.api_version, prefix.correlation_id
+    prefix = _REQUEST_PARSERS[0]._parsereport(io.BytesIO(frame), None, "")
+    return prefix["RequestApiKey"], prefix["RequestApiVersion"], prefix["CorrelationId"]
 
 
 def peek_correlation_id(frame: bytes | bytearray | memoryview) -> int:
     """The correlation id of a response frame body."""
-    if len(frame) < RESPONSE_PREFIX_SIZE:
-        raise Truncated(f"response header needs 4 bytes, frame has {len(frame)}")
-    correlation_id: int = _RESPONSE_PREFIX_COMPILED.parse(frame).correlation_id
+    correlation_id: int = _RESPONSE_PARSERS[0]._parsereport(io.BytesIO(frame), None, "")[
+        "CorrelationId"
+    ]
     return correlation_id
 
 
@@ -78,6 +71,8 @@ def request_header_version(
     An unknown request still has a v1-shaped start (every client sends a ClientId), which
     is enough to log who sent it and to answer it by correlation id.
     """
+    if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
+        return 0  # the only header v0 request (a broker's, removed in Kafka 4.0: KIP-896)
     api = registry.get(api_key)
     if api is None or api_version not in api.versions:
         return 1
@@ -88,23 +83,25 @@ def decode_request_header(
     frame: bytes | bytearray | memoryview, registry: ApiRegistry = DEFAULT_REGISTRY
 ) -> RequestHeader:
     """Decode the whole request header at the start of a frame body."""
-    api_key, api_version, correlation_id = peek_request(frame)
+    stream = io.BytesIO(frame)
+    prefix = _REQUEST_PARSERS[0]._parsereport(stream, None, "")
+    api_key = prefix["RequestApiKey"]
+    api_version = prefix["RequestApiVersion"]
     version = request_header_version(api_key, api_version, registry)
     if version == 0:
-        return RequestHeader(api_key, api_version, correlation_id, None, 0, REQUEST_PREFIX_SIZE)
-    stream = io.BytesIO(frame)
-    stream.seek(REQUEST_PREFIX_SIZE)
-    try:
-        client_id = CLIENT_ID._parsereport(stream, None, "")
-        unknown: tuple[tuple[int, bytes], ...] = ()
-        if version >= 2:
-            tags = c.Container()
-            _NO_TAGS.parse_into(tags, stream, None, "")
-            unknown = tuple(tags.get(p.UNKNOWN_TAGS_KEY, ()))
-    except c.StreamError as exc:  # pragma: no cover - read_exact raises Truncated first
-        raise Truncated(f"request header: {exc}") from None
+        return RequestHeader(
+            api_key, api_version, prefix["CorrelationId"], None, 0, REQUEST_PREFIX_SIZE
+        )
+    stream.seek(0)
+    header = _REQUEST_PARSERS[version]._parsereport(stream, None, "")
     return RequestHeader(
-        api_key, api_version, correlation_id, client_id, version, stream.tell(), unknown
+        api_key,
+        api_version,
+        header["CorrelationId"],
+        header["ClientId"],
+        version,
+        stream.tell(),
+        tuple(header.get(p.UNKNOWN_TAGS_KEY, ())),
     )
 
 
@@ -117,33 +114,26 @@ def encode_request_header(
     unknown_tags: Sequence[tuple[int, bytes]] = (),
 ) -> bytes:
     """Build a request header of ``header_version`` (0, 1 or 2)."""
-    out = io.BytesIO()
-    out.write(
-        REQUEST_PREFIX.build(
-            {"api_key": api_key, "api_version": api_version, "correlation_id": correlation_id}
-        )
-    )
-    if header_version >= 1:
-        CLIENT_ID._build(client_id, out, None, "")
-    if header_version >= 2:
-        _NO_TAGS.build_from({p.UNKNOWN_TAGS_KEY: list(unknown_tags)}, out, None, "")
-    return out.getvalue()
+    fields = {
+        "RequestApiKey": api_key,
+        "RequestApiVersion": api_version,
+        "CorrelationId": correlation_id,
+        "ClientId": client_id,
+        p.UNKNOWN_TAGS_KEY: list(unknown_tags),
+    }
+    return encode(REQUEST_HEADER, header_version, fields)
 
 
 def decode_response_header(
     frame: bytes | bytearray | memoryview, header_version: int
 ) -> tuple[int, int]:
     """``(correlation_id, size)`` of a response header of ``header_version`` (0 or 1)."""
-    correlation_id = peek_correlation_id(frame)
-    if header_version == 0:
-        return correlation_id, RESPONSE_PREFIX_SIZE
     stream = io.BytesIO(frame)
-    stream.seek(RESPONSE_PREFIX_SIZE)
-    _NO_TAGS.parse_into(c.Container(), stream, None, "")
-    return correlation_id, stream.tell()
+    header = _RESPONSE_PARSERS[1 if header_version >= 1 else 0]._parsereport(stream, None, "")
+    return header["CorrelationId"], stream.tell()
 
 
 def encode_response_header(correlation_id: int, header_version: int) -> bytes:
     """Build a response header of ``header_version`` (0 or 1, with no tags)."""
-    head: bytes = RESPONSE_PREFIX.build({"correlation_id": correlation_id})
-    return head + b"\x00" if header_version >= 1 else head
+    version = 1 if header_version >= 1 else 0
+    return encode(RESPONSE_HEADER, version, {"CorrelationId": correlation_id})

@@ -114,6 +114,46 @@ def _uvarint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
+# --------------------------------------------------------------------------- compilation
+# Helpers for ``_emitparse``: each returns Python source that construct's ``compile()``
+# splices into one module. The emitted code mirrors the interpreted ``_parse`` next to it,
+# error classes included.
+
+#: Names the emitted parsers use, appended (once) to every compiled module.
+_PRELUDE = """
+    from protocol.errors import InvalidValue, Truncated
+    from protocol.primitives import _read_uvarint, read_exact
+    from uuid import UUID
+"""
+
+_FLAG_TYPE = type(c.Flag)
+
+
+def _fixed_format(subcon: c.Construct) -> str | None:
+    """The big-endian ``struct`` format character of a fixed-width construct, else None."""
+    if isinstance(subcon, c.FormatField) and subcon.fmtstr.startswith(">"):
+        fmt: str = subcon.fmtstr[1:]
+        return fmt
+    if isinstance(subcon, _FLAG_TYPE):
+        return "?"  # any non-zero byte reads as true, as Flag's parser
+    return None
+
+
+def _truncation_check(size: str) -> list[str]:
+    return [
+        f"if len(b) != {size}:",
+        f"    raise Truncated('needed %d byte(s), only %d left' % ({size}, len(b)))",
+    ]
+
+
+def _emit_function(code: Any, kind: str, body: Sequence[str]) -> str:
+    """Append ``def parse_<kind>_<id>(io, this)`` holding ``body``; return a call to it."""
+    name = f"parse_{kind}_{code.allocateId()}"
+    code.append(_PRELUDE)
+    code.append("\n".join([f"def {name}(io, this):", *("    " + line for line in body)]))
+    return f"{name}(io, this)"
+
+
 class _UVarInt(c.Construct):  # type: ignore[misc]
     """Unsigned varint bounded to ``bits`` bits."""
 
@@ -172,6 +212,9 @@ class _UuidAdapter(c.Adapter):  # type: ignore[misc]
             raise EncodeError(f"{obj!r} is not a UUID")
         return obj.bytes
 
+    def _emitparse(self, code: Any) -> str:
+        return _emit_function(code, "uuid", ["return UUID(bytes=read_exact(io, 16))"])
+
 
 #: 16 raw bytes, as :class:`uuid.UUID`.
 Uuid = _UuidAdapter(c.Bytes(16))
@@ -200,6 +243,23 @@ class _Length(c.Construct):  # type: ignore[misc]
                 return None
             raise InvalidValue(f"invalid length {n}" if n != -1 else "null where not nullable")
         return n
+
+    def emit(self) -> list[str]:
+        """Source lines that read the length into ``n`` (returning None for null)."""
+        if self.compact:
+            lines = ["n = _read_uvarint(io, 5) - 1"]
+        else:
+            size = 4 if self.wide else 2
+            lines = [f"b = io.read({size})", *_truncation_check(str(size))]
+            lines.append("n = int.from_bytes(b, 'big', signed=True)")
+        lines.append("if n < 0:")
+        if self.nullable:
+            lines += ["    if n == -1:", "        return None"]
+        lines.append(
+            "    raise InvalidValue('invalid length %d' % n if n != -1 else "
+            "'null where not nullable')"
+        )
+        return lines
 
     def write(self, stream: io.BytesIO, n: int | None) -> None:
         if n is None:
@@ -232,6 +292,16 @@ class KString(c.Construct):  # type: ignore[misc]
         except UnicodeDecodeError as exc:
             raise InvalidValue(f"string is not valid UTF-8: {exc.reason}") from None
 
+    def _emitparse(self, code: Any) -> str:
+        body = [*self.length.emit(), "b = io.read(n)", *_truncation_check("n")]
+        body += [
+            "try:",
+            "    return b.decode('utf-8')",
+            "except UnicodeDecodeError as exc:",
+            "    raise InvalidValue('string is not valid UTF-8: ' + exc.reason) from None",
+        ]
+        return _emit_function(code, "kstring", body)
+
     def _build(self, obj: str | None, stream: io.BytesIO, context: Any, path: str) -> Any:
         if obj is None:
             self.length.write(stream, None)
@@ -256,6 +326,10 @@ class KBytes(c.Construct):  # type: ignore[misc]
         if n is None:
             return None
         return read_exact(stream, n)
+
+    def _emitparse(self, code: Any) -> str:
+        body = [*self.length.emit(), "b = io.read(n)", *_truncation_check("n"), "return b"]
+        return _emit_function(code, "kbytes", body)
 
     def _build(self, obj: bytes | None, stream: io.BytesIO, context: Any, path: str) -> Any:
         if obj is None:
@@ -286,14 +360,33 @@ class KArray(c.Construct):  # type: ignore[misc]
         n = self.length.read(stream)
         if n is None:
             return None
-        # Each element takes at least one byte, so a count beyond the bytes left is a lie
-        # that would otherwise make us loop (or allocate) far past the frame.
+        # Kafka's rule (generated readers: "Tried to allocate a collection of size N, but
+        # there are only M bytes remaining"): a count beyond the bytes left is refused even
+        # for elements that could be empty, so no count makes us loop or allocate past the frame.
         remaining = len(stream.getbuffer()) - stream.tell()
-        if n > remaining and not _zero_width(self.subcon):
+        if n > remaining:
             raise Truncated(f"array announces {n} elements, {remaining} byte(s) left")
         parse = self.subcon._parsereport
         items: list[Any] = c.ListContainer(parse(stream, context, path) for _ in range(n))
         return items
+
+    def _emitparse(self, code: Any) -> str:
+        body = self.length.emit()
+        body += [
+            "if n > len(io.getbuffer()) - io.tell():",
+            "    raise Truncated('array announces %d elements, %d byte(s) left'"
+            " % (n, len(io.getbuffer()) - io.tell()))",
+        ]
+        fmt = _fixed_format(self.subcon)
+        if fmt is not None:
+            # One read and one unpack for a whole array of fixed-width values.
+            size = _struct.calcsize(">" + fmt)
+            body += [f"b = io.read(n * {size})", *_truncation_check(f"n * {size}")]
+            body.append(f"return ListContainer(struct.unpack('>%d{fmt}' % n, b))")
+        else:
+            element = self.subcon._compileparse(code)
+            body.append(f"return ListContainer([{element} for _ in range(n)])")
+        return _emit_function(code, "karray", body)
 
     def _build(self, obj: Sequence[Any] | None, stream: io.BytesIO, context: Any, path: str) -> Any:
         if obj is None:
@@ -308,8 +401,40 @@ class KArray(c.Construct):  # type: ignore[misc]
         return obj
 
 
-def _zero_width(subcon: c.Construct) -> bool:
-    return isinstance(subcon, KStruct) and not subcon.fields and subcon.tagged is None
+class KNullable(c.Construct):  # type: ignore[misc]
+    """A nullable struct field (KIP-893): an int8 marker, then the struct unless null.
+
+    Kafka writes -1 for null and 1 for present; it reads any negative marker as null
+    (``MessageDataGenerator``: ``if (_readable.readByte() < 0)``), and so do we.
+    """
+
+    def __init__(self, subcon: c.Construct) -> None:
+        super().__init__()
+        self.subcon = subcon
+
+    def _parse(self, stream: io.BytesIO, context: Any, path: str) -> Any:
+        (marker,) = read_exact(stream, 1)
+        if marker >= 0x80:
+            return None
+        return self.subcon._parsereport(stream, context, path)
+
+    def _emitparse(self, code: Any) -> str:
+        body = [
+            "b = io.read(1)",
+            *_truncation_check("1"),
+            "if b[0] >= 0x80:",
+            "    return None",
+            f"return {self.subcon._compileparse(code)}",
+        ]
+        return _emit_function(code, "knullable", body)
+
+    def _build(self, obj: Any, stream: io.BytesIO, context: Any, path: str) -> Any:
+        if obj is None:
+            stream.write(b"\xff")
+            return obj
+        stream.write(b"\x01")
+        self.subcon._build(obj, stream, context, path)
+        return obj
 
 
 class TaggedField:
@@ -325,10 +450,29 @@ class TaggedField:
 
 
 def is_default(value: Any, default: Any) -> bool:
-    """True when a tagged value equals its default and must therefore not be written."""
+    """True when a tagged value equals its default and must therefore not be written.
+
+    Structs compare deeply *including* their unknown tags: ``construct.Container``'s own
+    ``==`` skips ``_``-prefixed keys, which would drop a default-looking struct that
+    carries unknown tags.
+    """
     if isinstance(default, tuple | list) and isinstance(value, tuple | list):
         return len(value) == 0 and len(default) == 0
+    if isinstance(value, Mapping) and isinstance(default, Mapping):
+        if value.get(UNKNOWN_TAGS_KEY) or default.get(UNKNOWN_TAGS_KEY):
+            return False
+        keys = {k for k in (*value, *default) if k != UNKNOWN_TAGS_KEY}
+        return all(k in value and k in default and _same(value[k], default[k]) for k in keys)
     return bool(value == default)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Deep equality that, unlike ``Container.__eq__``, sees unknown tags."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return is_default(a, b)
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 class TaggedFields:
@@ -375,7 +519,14 @@ class TaggedFields:
         if unknown:
             obj[UNKNOWN_TAGS_KEY] = unknown
 
-    def build_from(self, obj: Mapping[str, Any], stream: io.BytesIO, context: Any, path: str) -> None:
+    def fill_defaults(self, obj: c.Container) -> None:
+        """Set every known tag to its default (a section with no entries)."""
+        for field in self.known.values():
+            obj[field.name] = _fresh(field.default)
+
+    def build_from(
+        self, obj: Mapping[str, Any], stream: io.BytesIO, context: Any, path: str
+    ) -> None:
         """Write the section for ``obj``: non-default known tags and kept unknown tags."""
         entries: list[tuple[int, bytes]] = []
         for tag, field in self.known.items():
@@ -435,6 +586,48 @@ class KStruct(c.Construct):  # type: ignore[misc]
         if self.tagged is not None:
             self.tagged.parse_into(obj, stream, context, path)
         return obj
+
+    def _emitparse(self, code: Any) -> str:
+        body = ["obj = Container()"]
+        run: list[tuple[str, str]] = []
+
+        def flush() -> None:
+            # A run of fixed-width fields: one read, one unpack.
+            if not run:
+                return
+            fmt = ">" + "".join(f for _, f in run)
+            size = _struct.calcsize(fmt)
+            name = f"fixed_run_{code.allocateId()}"
+            code.append(f"{name} = struct.Struct({fmt!r})")
+            targets = ", ".join(f"obj[{n!r}]" for n, _ in run)
+            body.extend([f"b = io.read({size})", *_truncation_check(str(size))])
+            body.append(f"{targets}, = {name}.unpack(b)")
+            run.clear()
+
+        for name, subcon in self.fields:
+            fmt = _fixed_format(subcon)
+            if fmt is not None:
+                run.append((name, fmt))
+                continue
+            flush()
+            body.append(f"obj[{name!r}] = {subcon._compileparse(code)}")
+        flush()
+        if self.tagged is not None:
+            # The common empty section (one 0 byte) inline; anything else interpreted.
+            tags = id(self.tagged)
+            code.linkedinstances[tags] = self.tagged
+            body += ["b = io.read(1)", "if b == b'\\x00':"]
+            if self.tagged.known:
+                body.append(f"    linkedinstances[{tags}].fill_defaults(obj)")
+            else:
+                body.append("    pass")
+            body += [
+                "else:",
+                "    io.seek(-len(b), 1)",
+                f"    linkedinstances[{tags}].parse_into(obj, io, this, '')",
+            ]
+        body.append("return obj")
+        return _emit_function(code, "kstruct", body)
 
     def _build(self, obj: Mapping[str, Any], stream: io.BytesIO, context: Any, path: str) -> Any:
         if not isinstance(obj, Mapping):

@@ -83,6 +83,8 @@ def _field(field: FieldSpec, version: int, flexible: bool) -> c.Construct:
     element = _element(field, version, flexible)
     if field.is_array:
         return p.KArray(element, compact=flexible, nullable=version in field.nullable)
+    if field.is_struct and version in field.nullable:
+        return p.KNullable(element)  # KIP-893: int8 marker before the struct
     return element
 
 
@@ -97,7 +99,11 @@ def _struct(fields: tuple[FieldSpec, ...], version: int, flexible: bool) -> p.KS
             if not flexible:
                 raise EncodeError(f"tagged field {f.name} in a non-flexible version {version}")
             assert f.tag is not None
-            tagged.append(p.TaggedField(f.tag, f.name, _field(f, version, flexible), field_default(f, version)))
+            tagged.append(
+                p.TaggedField(
+                    f.tag, f.name, _field(f, version, flexible), field_default(f, version)
+                )
+            )
         else:
             regular.append((f.name, _field(f, version, flexible)))
             defaults[f.name] = field_default(f, version)
@@ -105,6 +111,7 @@ def _struct(fields: tuple[FieldSpec, ...], version: int, flexible: bool) -> p.KS
 
 
 _CACHE: dict[tuple[int, int], p.KStruct] = {}
+_COMPILED: dict[tuple[int, int], c.Construct] = {}
 
 
 def message_construct(spec: MessageSpec, version: int) -> p.KStruct:
@@ -123,6 +130,21 @@ def message_construct(spec: MessageSpec, version: int) -> p.KStruct:
     return schema
 
 
+def compiled_parser(spec: MessageSpec, version: int) -> c.Construct:
+    """``message_construct(spec, version).compile()``, compiled once per process.
+
+    :func:`decode` parses with this. It is safe on client bytes because every primitive's
+    emitted code raises what its interpreted parser raises
+    (``tests/protocol/test_compiled.py`` checks both forms agree on arbitrary bytes for
+    every schema, failures included).
+    """
+    key = (id(spec), version)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = _COMPILED[key] = message_construct(spec, version).compile()
+    return compiled
+
+
 # Keeps every cached spec alive so its id() can never be reused by another object.
 _KEEP: list[MessageSpec] = []
 
@@ -139,7 +161,7 @@ def decode(
     Unless ``allow_trailing``, bytes left after the message are an error: a frame's size
     delimits exactly one body.
     """
-    schema = message_construct(spec, version)
+    schema = compiled_parser(spec, version)
     stream = io.BytesIO(data)
     obj = _parse(schema, stream, spec, version)
     extra = len(data) - stream.tell()
@@ -153,11 +175,20 @@ def decode_prefix(
 ) -> tuple[c.Container, int]:
     """Parse a message at the start of ``data``; return it and the bytes it used."""
     stream = io.BytesIO(data)
+    obj = _parse(compiled_parser(spec, version), stream, spec, version)
+    return obj, stream.tell()
+
+
+def decode_interpreted(
+    spec: MessageSpec, version: int, data: bytes | bytearray | memoryview
+) -> tuple[c.Container, int]:
+    """Like :func:`decode_prefix` with the interpreted parser (the reference for tests)."""
+    stream = io.BytesIO(data)
     obj = _parse(message_construct(spec, version), stream, spec, version)
     return obj, stream.tell()
 
 
-def _parse(schema: p.KStruct, stream: io.BytesIO, spec: MessageSpec, version: int) -> c.Container:
+def _parse(schema: c.Construct, stream: io.BytesIO, spec: MessageSpec, version: int) -> c.Container:
     try:
         result: c.Container = schema._parsereport(stream, {}, "")
         return result
@@ -165,7 +196,9 @@ def _parse(schema: p.KStruct, stream: io.BytesIO, spec: MessageSpec, version: in
         raise
     except c.StreamError as exc:
         raise Truncated(f"{spec.name} v{version}: input ended early ({exc})") from None
-    except (c.ConstructError, struct.error, ValueError, OverflowError) as exc:
+    except (c.ConstructError, struct.error, ValueError, OverflowError) as exc:  # pragma: no cover
+        # Defensive: every primitive raises protocol errors itself (test_compiled.py and
+        # the garbage tests check it); reaching this would be a bug in a primitive.
         raise InvalidValue(f"{spec.name} v{version}: {exc}") from None
 
 

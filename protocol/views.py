@@ -21,11 +21,23 @@ from protocol.records import RecordsSummary, summarize
 from protocol.schema import decode, field_default
 from protocol.spec import FieldSpec, MessageSpec
 
-_SNAKE = re.compile(r"_([a-z0-9])")
+_WORD = re.compile(r"(?<!^)(?=[A-Z])")
 
 
-def _pascal(snake: str) -> str:
-    return _SNAKE.sub(lambda m: m.group(1).upper(), snake[:1].upper() + snake[1:])
+def snake_case(name: str) -> str:
+    """``TopicData`` -> ``topic_data`` (also ``timeoutMs`` -> ``timeout_ms``, as some specs spell it)."""
+    return _WORD.sub("_", name).lower()
+
+
+# Field list identity -> {snake name: Kafka name}; field tuples are module-level constants.
+_SNAKE_NAMES: dict[int, tuple[tuple[FieldSpec, ...], dict[str, str]]] = {}
+
+
+def _snake_names(fields: tuple[FieldSpec, ...]) -> dict[str, str]:
+    entry = _SNAKE_NAMES.get(id(fields))
+    if entry is None or entry[0] is not fields:
+        entry = _SNAKE_NAMES[id(fields)] = (fields, {snake_case(f.name): f.name for f in fields})
+    return entry[1]
 
 
 class RecordsView:
@@ -66,11 +78,12 @@ class RecordsView:
 class StructView(Mapping[str, Any]):
     """A read-only struct: Kafka field names as keys, snake-case names as attributes."""
 
-    __slots__ = ("_data", "_fields", "_version")
+    __slots__ = ("_data", "_fields", "_snake", "_version")
 
     def __init__(self, data: Mapping[str, Any], fields: tuple[FieldSpec, ...], version: int):
         self._data = data
         self._fields = {f.name: f for f in fields}
+        self._snake = _snake_names(fields)
         self._version = version
 
     @property
@@ -87,12 +100,12 @@ class StructView(Mapping[str, Any]):
         return _wrap(field_default(spec, self._version), spec, self._version)
 
     def __getattr__(self, snake: str) -> Any:
-        if snake.startswith("_"):
+        if snake.startswith("_"):  # slots not yet set (copy, pickle): no recursion
             raise AttributeError(snake)
-        try:
-            return self[_pascal(snake)]
-        except KeyError:
-            raise AttributeError(f"no field {snake!r} ({_pascal(snake)})") from None
+        name = self._snake.get(snake)
+        if name is None:
+            raise AttributeError(f"no field {snake!r}")
+        return self[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._fields)

@@ -287,8 +287,8 @@ KEYS: tuple[Key, ...] = (
         "supports: `respond` (KIP-35: a response holding only the correlation id, connection "
         "kept) or `close` (as a Kafka broker does).", _choice("respond", "close"), "respond|close"),
     Key("sidecar.broker.metadata.api.key", "int", "10035",
-        "API key of the BrokerMetadata request (seed 002); must not collide with Kafka's keys.",
-        _int(0, 32767), "0-32767"),
+        "API key of the BrokerMetadata request (seed 002); above Kafka's keys (0-92 in Kafka 4.1).",
+        _int(93, 32767), "93-32767"),
     Key("message.max.bytes", "int", "1048588",
         "Reported to clients in BrokerMetadata (`message.max.bytes` tag); set it to the broker's.",
         _int(0), ">= 0"),

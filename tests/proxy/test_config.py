@@ -105,7 +105,8 @@ def test_tags_observer_keys_and_listener_overrides() -> None:
         ({"sidecar.address.map": "1:h:2"}, "is not <broker id>=<host>:<port>"),
         ({"listener.security.protocol.map": "PLAINTEXT:TLS"}, "is not <listener>"),
         ({"listener.name.plaintext.broker.id": "1"}, "cannot be set per listener"),
-        ({"sidecar.broker.metadata.api.key": "40000"}, "between 0 and 32767"),
+        ({"sidecar.broker.metadata.api.key": "40000"}, "between 93 and 32767"),
+        ({"sidecar.broker.metadata.api.key": "7"}, "between 93 and 32767"),
         ({"connections.max.idle.ms": "soon"}, r"connections.max.idle.ms='soon'"),
     ],
 )
