@@ -69,10 +69,18 @@ async def handle_alter(sidecar: Sidecar, version: int, body: memoryview) -> byte
     if writes:
         assert store is not None
         try:
+            applied = dict(sidecar.ip_quotas)
             for write in writes:
                 await trio.to_thread.run_sync(store.alter, write.ip, write.rate, write.remove)
                 log.info("per-IP quota %s: %s", write.ip or "<default>",
                          "removed" if write.remove else f"connection_creation_rate={write.rate:g}")
+                if write.remove:
+                    applied.pop(write.ip, None)
+                elif write.rate is not None:
+                    applied[write.ip] = write.rate
+            # Our own writes take effect at once (read-your-writes for the next Describe);
+            # the ZooKeeper watch delivers the same state, and other sidecars' changes.
+            sidecar.set_ip_quotas(applied)
         except Exception as exc:  # ZooKeeper failed: tell the client, keep the connection
             log.warning("AlterClientQuotas: ZooKeeper write failed: %s", exc)
             for entry in response["Entries"]:

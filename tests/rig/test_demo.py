@@ -22,11 +22,16 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
         200,
         0,
     )
-    assert result.bootstrap == result.broker  # no sidecar in between yet
+    # Traffic went through a real `ksidecar run` in front of the broker.
+    assert result.bootstrap != result.broker
+    assert "ksidecar run in front of the broker" in result.via
+    assert result.quota.startswith("127.0.0.99 limited to 10 connections/s via AlterClientQuotas")
+    assert '"connection_creation_rate": "10"' in result.quota
+    assert "ksidecar" in (tmp_path / "ksidecar.log").read_text()
     assert result.zookeeper.endswith("/ksidecar")
     assert "result     OK" in summary(result)
     assert (tmp_path / "tansu-broker.log").read_text().count("tansu broker 0.6.0") == 1
     assert "binding to port /127.0.0.1:" in (tmp_path / "zookeeper.log").read_text()
-    for address in (result.broker, result.zookeeper.removesuffix("/ksidecar")):
+    for address in (result.broker, result.bootstrap, result.zookeeper.removesuffix("/ksidecar")):
         host, port = address.rsplit(":", 1)
         assert not can_connect(host, int(port)), f"{address} still accepts connections"
