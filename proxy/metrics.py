@@ -6,9 +6,15 @@ API labels are names from the registry (about a hundred), versions are only reco
 known APIs, and API keys nobody knows are folded into ``other`` after the first
 :data:`MAX_UNKNOWN_KEYS` distinct ones, so a client spraying random keys cannot grow the
 scrape without limit.
+
+The per-request metrics are resolved once per API (:meth:`SidecarMetrics.for_api`):
+``Counter.labels(...)`` takes a lock and builds a tuple and a dict lookup on every call,
+which showed in profiles of small requests (``python -m tests.bench --profile``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -78,6 +84,25 @@ class SidecarMetrics:
             "ksidecar_upstream_up", "1 while the control connection to the broker works.",
             registry=r)
         self._unknown_keys: set[int] = set()
+        self._by_key: dict[int, ApiMetrics] = {}
+        self._by_label: dict[str, ApiMetrics] = {}
+
+    def for_api(self, api_key: int) -> ApiMetrics:
+        """The labelled per-request metrics of ``api_key`` (cached; unknown keys share one)."""
+        found = self._by_key.get(api_key)
+        if found is not None:
+            return found
+        found = self.for_label(self.api_label(api_key), api_key)
+        if self.apis.get(api_key) is not None:  # keeps the cache bounded by the registry
+            self._by_key[api_key] = found
+        return found
+
+    def for_label(self, label: str, api_key: int = -1) -> ApiMetrics:
+        """The per-request metrics under ``label`` (``SaslToken`` for raw SASL frames)."""
+        found = self._by_label.get(label)
+        if found is None:
+            found = self._by_label[label] = ApiMetrics(self, api_key, label)
+        return found
 
     def api_label(self, api_key: int) -> str:
         """The bounded label for an API key."""
@@ -94,3 +119,38 @@ class SidecarMetrics:
             self._unknown_keys.add(api_key)
             return str(api_key)
         return "other"
+
+
+class ApiMetrics:
+    """The children of the per-request metrics for one API label, resolved once."""
+
+    __slots__ = (
+        "_metrics", "_requests", "api_key", "label", "local", "request_bytes",
+        "response_bytes", "responses", "sidecar_latency", "upstream_latency", "versions",
+    )  # fmt: skip
+
+    def __init__(self, metrics: SidecarMetrics, api_key: int, label: str) -> None:
+        self._metrics = metrics
+        self.api_key = api_key
+        self.label = label
+        api = metrics.apis.get(api_key)
+        #: Versions whose label is the number itself (others are ``other``).
+        self.versions = api.versions if api is not None else None
+        self.request_bytes = metrics.request_bytes.labels(label)
+        self.responses = metrics.responses.labels(label)
+        self.response_bytes = metrics.response_bytes.labels(label)
+        self.upstream_latency = metrics.upstream_latency.labels(label)
+        self.sidecar_latency = metrics.sidecar_latency.labels(label)
+        self.local = metrics.local.labels(label)
+        self._requests: dict[tuple[int, str], Any] = {}
+
+    def requests(self, version: int, outcome: str) -> Any:
+        """The ``ksidecar_requests`` child for one version and outcome."""
+        child = self._requests.get((version, outcome))
+        if child is not None:
+            return child
+        known = self.versions is not None and version in self.versions
+        child = self._metrics.requests.labels(self.label, str(version) if known else "other", outcome)
+        if known:  # unknown versions all map to "other": not cached, so the dict stays bounded
+            self._requests[(version, outcome)] = child
+        return child

@@ -6,6 +6,14 @@ Metadata and DescribeCluster, FindCoordinator's single coordinator (v0-3) or its
 (v16+), ShareFetch and ShareAcknowledge responses. A response of any other API, or of a
 version without such a field, is never decoded here.
 
+Produce and Fetch responses are the bulk of the traffic and carry records; their only
+broker field is a top-level tagged field, which brokers send only when a leader moved
+(KIP-951). So when every site of a response is a tagged field, the response is only
+scanned (:func:`protocol.scan.top_level_tags`: the structure is walked, records are
+skipped without being copied). If a site's tag is present, only that tag's value is
+decoded, rewritten and re-encoded, and the top-level tag section (the last bytes of the
+response) is rebuilt around it: the records before it go out as the broker sent them.
+
 A broker the :class:`~proxy.addressing.AddressBook` cannot map is withheld, never passed
 through: a broker-list entry is dropped (the client treats the partition's leader as
 unknown and refreshes), and a coordinator becomes COORDINATOR_NOT_AVAILABLE (the client
@@ -14,6 +22,7 @@ retries FindCoordinator). Each one is counted and logged.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,8 +32,9 @@ import construct as c
 
 from protocol.apis import Api
 from protocol.errors import ErrorCode
+from protocol.scan import top_level_tags
 from protocol.schema import decode, encode
-from protocol.spec import MessageSpec
+from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
 from proxy.addressing import AddressBook
 
 log = logging.getLogger(__name__)
@@ -63,9 +73,52 @@ def _present(spec: MessageSpec, site: Site, version: int) -> bool:
     return any(f.name == name and f.present_in(version) for f in spec.fields)
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What rewriting one API version involves, worked out once."""
+
+    response: MessageSpec
+    sites: tuple[Site, ...]
+    #: When every site is a top-level tagged field: ``{tag: (site, spec of its value)}``.
+    tags: dict[int, tuple[Site, MessageSpec]] | None
+
+
+def _value_spec(response: MessageSpec, field: FieldSpec, version: int) -> MessageSpec:
+    """A one-field message whose body is a tagged field's value plus an empty tag section.
+
+    A tagged value is encoded as the field would be outside the tag section, so it can be
+    decoded on its own with the ordinary schema machinery: as the only (untagged) field
+    of a flexible message, followed by that message's own tag count (one zero byte).
+    """
+    plain = dataclasses.replace(field, tag=None, tagged=NO_VERSIONS)
+    return MessageSpec(f"{response.name}.{field.name}", "data", None, Versions(version, version),
+                       Versions(version, None), (plain,))
+
+
+_PLANS: dict[tuple[int, int], _Plan] = {}
+
+
+def _plan(api: Api, version: int) -> _Plan:
+    key = (api.key, version)
+    found = _PLANS.get(key)
+    if found is None or found.response is not api.response:
+        sites = tuple(s for s in SITES.get(api.key, ()) if _present(api.response, s, version))
+        fields = {f.name: f for f in api.response.fields}
+        tags: dict[int, tuple[Site, MessageSpec]] | None = {}
+        for site in sites:
+            f = fields.get(site.array or "")
+            if f is None or not f.tagged_in(version) or f.tag is None:
+                tags = None
+                break
+            assert tags is not None
+            tags[f.tag] = (site, _value_spec(api.response, f, version))
+        found = _PLANS[key] = _Plan(api.response, sites, tags if sites else None)
+    return found
+
+
 def rewrites_version(api: Api, version: int) -> bool:
     """True when responses of ``api`` at ``version`` can name brokers."""
-    return any(_present(api.response, s, version) for s in SITES.get(api.key, ()))
+    return bool(_plan(api, version).sites)
 
 
 @dataclass
@@ -92,9 +145,12 @@ class Rewriter:
 
     def rewrite(self, api: Api, version: int, body: bytes | memoryview) -> RewriteResult | None:
         """The rewritten body, or ``None`` when the response names no broker."""
-        sites = [s for s in SITES.get(api.key, ()) if _present(api.response, s, version)]
+        plan = _plan(api, version)
+        sites = plan.sites
         if not sites:
             return None
+        if plan.tags is not None:
+            return self._rewrite_tags(api, version, body, plan.tags)
         value = decode(api.response, version, body)
         rewritten = unmapped = 0
         for site in sites:
@@ -117,6 +173,49 @@ class Rewriter:
             return None
         return RewriteResult(encode(api.response, version, value), rewritten, unmapped)
 
+    def _rewrite_tags(
+        self,
+        api: Api,
+        version: int,
+        body: bytes | memoryview,
+        sites: dict[int, tuple[Site, MessageSpec]],
+    ) -> RewriteResult | None:
+        """Rewrite sites that are top-level tagged fields, decoding nothing else."""
+        section = top_level_tags(api.response, version, body)
+        view = memoryview(body)
+        values: dict[int, bytes] = {}
+        rewritten = unmapped = 0
+        for tag, (site, spec) in sites.items():
+            where = section.tags.get(tag)
+            if where is None:
+                continue
+            raw = view[where[0] : where[1]]
+            if len(raw) == 1 and raw[0] == 1:  # a compact array of no entries: names no broker
+                continue
+            name = spec.fields[0].name
+            entries = decode(spec, version, bytes(raw) + b"\x00")[name]
+            if not entries:
+                continue
+            kept = c.ListContainer()
+            for entry in entries:
+                r, u = self._entry(api, entry, site)
+                rewritten, unmapped = rewritten + r, unmapped + u
+                if u and not site.error:
+                    continue
+                kept.append(entry)
+            values[tag] = encode(spec, version, {name: kept})[:-1]  # without its tag count
+        if not rewritten and not unmapped:
+            return None
+        out = bytearray(view[: section.start])
+        out += _uvarint(len(section.tags))
+        for tag, (start, end) in section.tags.items():
+            value = values.get(tag)
+            data = view[start:end] if value is None else value
+            out += _uvarint(tag)
+            out += _uvarint(len(data))
+            out += data
+        return RewriteResult(bytes(out), rewritten, unmapped)
+
     def _entry(self, api: Api, entry: Any, site: Site) -> tuple[int, int]:
         if site.error and entry.get("ErrorCode", 0) != 0:
             return 0, 0  # an error answer names no broker
@@ -134,3 +233,13 @@ class Rewriter:
         entry["Host"] = address.host
         entry["Port"] = address.port
         return 1, 0
+
+
+def _uvarint(value: int) -> bytes:
+    """Unsigned LEB128, as tag numbers, sizes and counts of a tag section are written."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from protocol.apis import API_VERSIONS
 from protocol.framing import size_prefix
-from protocol.headers import RequestHeader, decode_response_header
+from protocol.headers import RequestHeader
+from protocol.scan import response_header_size
 from proxy.handlers import client_quotas
 from proxy.handlers.api_versions import advertised_ranges, handle_api_versions
 from proxy.handlers.broker_metadata import handle_broker_metadata
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+#: ApiVersions answers kept per router (one per client software name/version and version).
+MAX_CACHED_ANSWERS = 64
 
 #: Quota admin APIs: answered here when they name the ip entity (KIP-612), else forwarded.
 QUOTA_KEYS = frozenset({client_quotas.DESCRIBE_CLIENT_QUOTAS, client_quotas.ALTER_CLIENT_QUOTAS})
@@ -49,6 +53,10 @@ class Router:
         self.registry = sidecar.registry
         self.local_keys = {API_VERSIONS, sidecar.registry.broker_metadata_key}
         self.rewriter = Rewriter(sidecar.address_book, listener, self._unmapped)
+        # ApiVersions answers depend only on (version, request body) and what the broker
+        # said (``upstream.info``, replaced whole on each refresh): built once, reused.
+        self._versions_info: object = None
+        self._versions_answers: dict[tuple[int, bytes], tuple[int, bytes]] = {}
 
     def decide(self, header: RequestHeader, body: memoryview | None = None) -> Decision:
         """FORWARD, LOCAL or UNSUPPORTED for this request (``body``: the frame after its size)."""
@@ -83,11 +91,19 @@ class Router:
             return header.api_version, await client_quotas.handle_alter(self.sidecar, header.api_version, body)
         if header.api_key == API_VERSIONS:
             info = self.sidecar.upstream.info
-            ranges = advertised_ranges(
-                self.registry, info.api_versions if info else None, self.local_keys | QUOTA_KEYS
-            )
-            features = info.api_versions_body if info is not None else None
-            return handle_api_versions(self.registry, header.api_version, body, ranges, features)
+            if info is not self._versions_info:
+                self._versions_info, self._versions_answers = info, {}
+            key = (header.api_version, bytes(body))
+            answer = self._versions_answers.get(key)
+            if answer is None:
+                ranges = advertised_ranges(
+                    self.registry, info.api_versions if info else None, self.local_keys | QUOTA_KEYS
+                )
+                features = info.api_versions_body if info is not None else None
+                answer = handle_api_versions(self.registry, header.api_version, body, ranges, features)
+                if len(self._versions_answers) < MAX_CACHED_ANSWERS:
+                    self._versions_answers[key] = answer
+            return answer
         me, others = self.sidecar.broker_entries(self.listener)
         return header.api_version, handle_broker_metadata(
             self.registry, header.api_version, body, me, others
@@ -100,7 +116,7 @@ class Router:
         api = self.registry.get(header.api_key)
         if api is None or not rewrites_version(api, header.api_version):
             return None
-        _, head_size = decode_response_header(body, response_header_version)
+        head_size = response_header_size(body, response_header_version)
         result = self.rewriter.rewrite(api, header.api_version, body[head_size:])
         if result is None:
             return None

@@ -1,0 +1,284 @@
+"""Structural scanning: where a message's parts lie, without decoding it (sans-IO).
+
+Theory of operation. A sidecar must look inside a few responses only to learn whether
+they name a broker. For Produce (v10+) and Fetch (v16+) the only such place is the
+``NodeEndpoints`` tagged field of the top-level struct (KIP-951), which sits *after* the
+records. Decoding the whole response to look for it copies every record batch. This
+module walks the same structure the decoder reads — every length prefix, array count,
+nullable marker and tagged-field section — but skips values by moving an offset in a
+``memoryview``: records cost one length read, whatever their size.
+
+:func:`plan` turns a :class:`~protocol.spec.MessageSpec` at one version into a flat tuple
+of steps (nested structs inlined, runs of fixed-width fields merged), built once per
+``(spec, version)``. It mirrors :mod:`protocol.schema` rule for rule: compact encodings
+and tagged sections where the version (or a field's own ``flexible`` override) is
+flexible, tagged fields out of the regular fields, strings and bytes inside arrays never
+null, KIP-893 nullable structs behind an int8 marker.
+
+Agreement with the decoder (``tests/protocol/test_scan.py``, on generated messages and
+on arbitrary bytes): whatever :func:`protocol.schema.decode` accepts, the scanner accepts
+and ends at the same offset, finding the same tags; whatever the scanner refuses, the
+decoder refuses too. The scanner checks less: not UTF-8 inside strings, not the values of
+booleans, not the inner structure of a tagged value. Those matter only to a reader of the
+values, and a caller that wants one of them decodes it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+from protocol.errors import InvalidTaggedFields, InvalidValue, TrailingBytes, Truncated
+from protocol.spec import FieldSpec, MessageSpec
+
+_FIXED_SIZES: Final = {
+    "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
+    "float64": 8, "uuid": 16,
+}  # fmt: skip
+
+# Step opcodes. A step is a tuple whose first item is one of these.
+FIXED: Final = 0  # (FIXED, size)
+BLOB: Final = 1  # (BLOB, compact, wide, nullable): string (int16 length) or bytes/records
+ARRAY: Final = 2  # (ARRAY, compact, nullable, element size or -1, element steps)
+NULLABLE: Final = 3  # (NULLABLE, struct steps): KIP-893 int8 marker, then the struct
+TAGS: Final = 4  # (TAGS,): a tagged-field section, skipped
+
+Step = tuple[Any, ...]
+Steps = tuple[Step, ...]
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class TagSection:
+    """The top-level tagged-field section of a message.
+
+    ``start`` is the offset of the section (its count) in the scanned buffer; ``tags``
+    maps each tag present to the ``(start, end)`` offsets of its value.
+    """
+
+    start: int
+    tags: dict[int, tuple[int, int]]
+
+
+# -- plans -------------------------------------------------------------------------------
+
+
+def _element_steps(field: FieldSpec, version: int, flexible: bool) -> Steps:
+    if field.is_struct:
+        return _struct_steps(field.fields, version, flexible)
+    kind = field.element_type
+    size = _FIXED_SIZES.get(kind)
+    if size is not None:
+        return ((FIXED, size),)
+    nullable = not field.is_array and version in field.nullable
+    if kind == "string":
+        return ((BLOB, flexible, False, nullable),)
+    return ((BLOB, flexible, True, nullable),)  # bytes and records: the primitives left
+
+
+def _field_steps(field: FieldSpec, version: int, flexible: bool) -> Steps:
+    if field.flexible is not None:
+        flexible = version in field.flexible
+    element = _element_steps(field, version, flexible)
+    if field.is_array:
+        size = _fixed_size(element)
+        return ((ARRAY, flexible, version in field.nullable, size, element),)
+    if field.is_struct and version in field.nullable:
+        return ((NULLABLE, element),)
+    return element
+
+
+def _struct_steps(fields: tuple[FieldSpec, ...], version: int, flexible: bool) -> Steps:
+    steps: list[Step] = []
+    for f in fields:
+        if f.present_in(version) and not f.tagged_in(version):
+            steps.extend(_field_steps(f, version, flexible))
+    if flexible:
+        steps.append((TAGS,))
+    return _merge_fixed(steps)
+
+
+def _merge_fixed(steps: list[Step]) -> Steps:
+    merged: list[Step] = []
+    for step in steps:
+        if step[0] == FIXED and merged and merged[-1][0] == FIXED:
+            merged[-1] = (FIXED, int(merged[-1][1]) + int(step[1]))
+        else:
+            merged.append(step)
+    return tuple(merged)
+
+
+def _fixed_size(steps: Steps) -> int:
+    """The size of an element made of fixed-width fields only, else -1."""
+    if len(steps) == 1 and steps[0][0] == FIXED:
+        return int(steps[0][1])
+    return -1
+
+
+_PLANS: dict[tuple[int, int], Steps] = {}
+_KEEP: list[MessageSpec] = []
+
+
+def plan(spec: MessageSpec, version: int) -> Steps:
+    """The scanning steps of ``spec`` at ``version`` (cached per spec and version)."""
+    key = (id(spec), version)
+    steps = _PLANS.get(key)
+    if steps is None:
+        steps = _PLANS[key] = _struct_steps(spec.fields, version, spec.is_flexible(version))
+        _KEEP.append(spec)  # keeps id(spec) from being reused
+    return steps
+
+
+# -- walking -----------------------------------------------------------------------------
+
+
+def _uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    # Unsigned LEB128 of at most 5 bytes, as protocol.primitives reads it.
+    result = shift = 0
+    for _ in range(5):
+        if pos >= end:
+            raise Truncated("varint ended early")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+    raise InvalidValue("varint longer than 5 bytes")
+
+
+def _length(buf: memoryview, pos: int, end: int, compact: bool, wide: bool) -> tuple[int, int]:
+    if compact:
+        n, pos = _uvarint(buf, pos, end)
+        return n - 1, pos
+    size = 4 if wide else 2
+    if pos + size > end:
+        raise Truncated(f"needed {size} byte(s), only {end - pos} left")
+    n = (_I32 if wide else _I16).unpack_from(buf, pos)[0]
+    return n, pos + size
+
+
+def _null(n: int, nullable: bool) -> bool:
+    if n == -1 and nullable:
+        return True
+    raise InvalidValue(f"invalid length {n}" if n != -1 else "null where not nullable")
+
+
+def _skip_tags(buf: memoryview, pos: int, end: int) -> int:
+    count, pos = _uvarint(buf, pos, end)
+    last = -1
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos, end)
+        if tag <= last:
+            raise InvalidTaggedFields(f"tag {tag} after tag {last}: tags must be strictly increasing")
+        last = tag
+        size, pos = _uvarint(buf, pos, end)
+        if pos + size > end:
+            raise Truncated(f"needed {size} byte(s), only {end - pos} left")
+        pos += size
+    return pos
+
+
+def walk(steps: Steps, buf: memoryview, pos: int, end: int) -> int:
+    """Skip one value laid out as ``steps`` from ``pos``; return where it ends."""
+    for step in steps:
+        op = step[0]
+        if op == FIXED:
+            size: int = step[1]
+            if pos + size > end:
+                raise Truncated(f"needed {size} byte(s), only {end - pos} left")
+            pos += size
+        elif op == BLOB:
+            n, pos = _length(buf, pos, end, step[1], step[2])
+            if n < 0 and _null(n, step[3]):
+                continue
+            if pos + n > end:
+                raise Truncated(f"needed {n} byte(s), only {end - pos} left")
+            pos += n
+        elif op == ARRAY:
+            n, pos = _length(buf, pos, end, step[1], True)
+            if n < 0 and _null(n, step[2]):
+                continue
+            if n > end - pos:
+                raise Truncated(f"array announces {n} elements, {end - pos} byte(s) left")
+            element_size: int = step[3]
+            if element_size >= 0:
+                if pos + n * element_size > end:
+                    raise Truncated(f"needed {n * element_size} byte(s), only {end - pos} left")
+                pos += n * element_size
+            else:
+                element: Steps = step[4]
+                for _ in range(n):
+                    pos = walk(element, buf, pos, end)
+        elif op == NULLABLE:
+            if pos >= end:
+                raise Truncated("needed 1 byte(s), only 0 left")
+            marker = buf[pos]
+            pos += 1
+            if marker < 0x80:
+                pos = walk(step[1], buf, pos, end)
+        else:
+            pos = _skip_tags(buf, pos, end)
+    return pos
+
+
+def _view(data: bytes | bytearray | memoryview) -> memoryview:
+    view = data if isinstance(data, memoryview) else memoryview(data)
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def message_end(
+    spec: MessageSpec, version: int, data: bytes | bytearray | memoryview, start: int = 0
+) -> int:
+    """The offset where the ``spec`` message starting at ``start`` in ``data`` ends."""
+    view = _view(data)
+    return walk(plan(spec, version), view, start, len(view))
+
+
+def top_level_tags(
+    spec: MessageSpec, version: int, data: bytes | bytearray | memoryview
+) -> TagSection:
+    """The top-level tagged fields of a whole message body (``data`` holds exactly one).
+
+    Raises :class:`~protocol.errors.TrailingBytes` when the message ends before ``data``
+    does, like :func:`protocol.schema.decode`. A version that is not flexible has no tag
+    section: the result is empty, with ``start`` at the end of the message.
+    """
+    view = _view(data)
+    end = len(view)
+    steps = plan(spec, version)
+    if not steps or steps[-1][0] != TAGS:
+        pos = walk(steps, view, 0, end)
+        if pos != end:
+            raise TrailingBytes(end - pos, f"{spec.name} v{version}")
+        return TagSection(pos, {})
+    pos = walk(steps[:-1], view, 0, end)
+    start = pos
+    tags: dict[int, tuple[int, int]] = {}
+    count, pos = _uvarint(view, pos, end)
+    last = -1
+    for _ in range(count):
+        tag, pos = _uvarint(view, pos, end)
+        if tag <= last:
+            raise InvalidTaggedFields(f"tag {tag} after tag {last}: tags must be strictly increasing")
+        last = tag
+        size, pos = _uvarint(view, pos, end)
+        if pos + size > end:
+            raise Truncated(f"needed {size} byte(s), only {end - pos} left")
+        tags[tag] = (pos, pos + size)
+        pos += size
+    if pos != end:
+        raise TrailingBytes(end - pos, f"{spec.name} v{version}")
+    return TagSection(start, tags)
+
+
+def response_header_size(data: bytes | bytearray | memoryview, header_version: int) -> int:
+    """How many bytes the response header at the start of ``data`` takes (v0 or v1)."""
+    view = _view(data)
+    end = len(view)
+    if end < 4:
+        raise Truncated(f"needed 4 byte(s), only {end} left")
+    return 4 if header_version < 1 else _skip_tags(view, 4, end)

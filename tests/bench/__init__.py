@@ -1,0 +1,1 @@
+"""Benchmarks (run as modules, never as timed unit tests)."""

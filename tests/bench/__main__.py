@@ -1,0 +1,88 @@
+"""``python -m tests.bench``: direct vs sidecar vs peer, in one run.
+
+    python -m tests.bench                   # every workload, 3 repeats (a few minutes);
+                                            # JSON to tests/bench/out/, table to RESULTS.md
+    python -m tests.bench --quick           # short runs, 1 repeat (well under a minute)
+    python -m tests.bench produce-b1-acks1 consume --repeats 5
+    python -m tests.bench --profile produce-b1000-acks1 consume   # py-spy on the sidecar
+    python -m tests.bench --list
+
+Needs the ``bench`` and ``test`` extras (``pip install -e '.[test,bench]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from tests.bench.profile import profile_workloads
+from tests.bench.report import command_line, markdown, update_results_md, write_json
+from tests.bench.runner import run_workloads
+from tests.bench.workloads import BY_NAME, QUICK, WORKLOADS, Settings
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out"
+RESULTS = HERE / "RESULTS.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="*", help="workload names (default: all)")
+    parser.add_argument("--quick", action="store_true", help="short runs, one repeat")
+    parser.add_argument("--repeats", type=int, help="runs per target (default 3, quick 1)")
+    parser.add_argument("--duration", type=float, help="seconds per closed-loop run")
+    parser.add_argument("--out", type=Path, default=OUT, help="where JSON and logs go")
+    parser.add_argument("--results", choices=("auto", "yes", "no"), default="auto",
+                        help="update RESULTS.md (auto: for full runs of every workload)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the sidecar with py-spy instead of comparing")
+    parser.add_argument("--profile-seconds", type=float, default=8.0)
+    parser.add_argument("--list", action="store_true", help="list workloads and exit")
+    args = parser.parse_args(argv)
+
+    if args.list:
+        for w in WORKLOADS:
+            print(f"{w.name:24} {w.title}")
+        return 0
+    unknown = [n for n in args.workloads if n not in BY_NAME]
+    if unknown:
+        parser.error(f"unknown workload(s) {', '.join(unknown)}; see --list")
+    chosen = [BY_NAME[n] for n in args.workloads] if args.workloads else list(WORKLOADS)
+    settings = QUICK if args.quick else Settings()
+    if args.duration is not None:
+        settings = Settings(**{**settings.__dict__, "duration": args.duration})
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+
+    if args.profile:
+        for summary in profile_workloads(chosen, settings, args.profile_seconds,
+                                         args.out / "profile"):
+            print(f"== {summary}")
+            print(summary.read_text())
+        return 0
+
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    results = run_workloads(chosen, settings, repeats, args.out / "logs" / stamp)
+    command = command_line()
+    document = write_json(args.out / f"bench-{stamp}.json", results, settings, repeats, command)
+    (args.out / "latest.json").write_text((args.out / f"bench-{stamp}.json").read_text())
+    section = markdown(document, results)
+    print()
+    print(section)
+    update = args.results == "yes" or (
+        args.results == "auto" and not args.quick and not args.workloads
+    )
+    if update:
+        update_results_md(RESULTS, section)
+        print(f"updated {RESULTS}")
+    missed = [t for t in document["targets"] if t["met"] is False]
+    if missed:
+        print(f"{len(missed)} target(s) missed", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""A minimal TCP relay: the floor of what any extra userspace hop costs on this machine.
+
+``python -m tests.bench.relay LISTEN_PORT UPSTREAM_HOST UPSTREAM_PORT`` copies bytes both
+ways, one blocking thread per direction, no parsing. The latency workloads measure it
+next to the sidecar and the peer, so the latency a proxy adds can be split into what the
+extra hop itself costs (two more wake-ups per round trip, on cores shared with the broker
+and the client) and what the proxy's own work adds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+import threading
+
+LOOPBACK = "127.0.0.1"
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(262144):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def serve(listen_port: int, upstream: tuple[str, int]) -> None:
+    """Accept forever; each client gets its own upstream connection and two threads."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((LOOPBACK, listen_port))
+    server.listen(1024)
+    while True:
+        client, _ = server.accept()
+        try:
+            broker = socket.create_connection(upstream)
+        except OSError:
+            client.close()
+            continue
+        for sock in (client, broker):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=_pipe, args=(client, broker), daemon=True).start()
+        threading.Thread(target=_pipe, args=(broker, client), daemon=True).start()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), (sys.argv[2], int(sys.argv[3])))

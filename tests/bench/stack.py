@@ -1,0 +1,134 @@
+"""The three things a benchmark compares, as real processes: broker, sidecar, peer.
+
+* **direct**: a Tansu broker (in-memory storage);
+* **sidecar**: a real ``ksidecar run`` subprocess in front of it (its own process and
+  GIL, as in production);
+* **peer**: Tansu's own Kafka proxy (Rust) in front of the same broker;
+* **relay**: a minimal TCP relay (:mod:`tests.bench.relay`), for latency only: the floor
+  of what an extra userspace hop costs here.
+
+Tansu keeps every record in memory, so heavy workloads get a fresh stack
+(:meth:`Stack.restart`). Every process is stopped by its PID (``ManagedProcess``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from proxy.rig.ports import LOOPBACK
+from proxy.rig.process import ManagedProcess, Service, start_on_port
+from proxy.rig.sidecar import SidecarServer, start_sidecar
+from proxy.rig.tansu import TansuServer, start_broker, start_proxy
+from tests.bench import procfs
+
+TARGETS = ("direct", "sidecar", "peer")
+"""Where a workload sends its traffic: the broker, through the sidecar, through the peer."""
+#: The latency workloads also measure the minimal relay.
+LATENCY_TARGETS = ("direct", "relay", "sidecar", "peer")
+
+#: Sidecar settings for benchmarking: idle connections must stay open for the RSS test.
+SIDECAR_KEYS = {"connections.max.idle.ms": "3600000"}
+
+
+@dataclass
+class Stack:
+    """A running broker, sidecar and peer; ``address(target)`` says where to connect."""
+
+    log_dir: Path
+    broker: TansuServer | None = None
+    sidecar: SidecarServer | None = None
+    peer: TansuServer | None = None
+    relay: Service | None = None
+    generation: int = 0
+    extra_keys: dict[str, str] = field(default_factory=dict)
+
+    def start(self) -> Stack:
+        """Start the broker, then the sidecar and the peer in front of it."""
+        self.generation += 1
+        logs = self.log_dir / f"stack-{self.generation}"
+        logs.mkdir(parents=True, exist_ok=True)
+        try:
+            self.broker = start_broker(logs)
+            self.sidecar = start_sidecar(
+                logs, self.broker.bootstrap, keys={**SIDECAR_KEYS, **self.extra_keys}
+            )
+            self.peer = start_proxy(logs, self.broker.bootstrap)
+            self.relay = start_relay(logs, self.broker.host, self.broker.port)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop whatever runs (peer and sidecar first)."""
+        for name in ("relay", "peer", "sidecar", "broker"):
+            service: Service | None = getattr(self, name)
+            if service is not None:
+                with contextlib.suppress(Exception):
+                    service.process.stop()
+                setattr(self, name, None)
+
+    def restart(self) -> None:
+        """A fresh stack (empties the broker's memory)."""
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def service(self, target: str) -> Service:
+        """The process traffic for ``target`` connects to."""
+        service = {"direct": self.broker, "sidecar": self.sidecar, "peer": self.peer,
+                   "relay": self.relay}[target]
+        if service is None:
+            raise RuntimeError("stack is not running")
+        return service
+
+    def address(self, target: str) -> str:
+        """``host:port`` to connect to for ``target``."""
+        return self.service(target).address
+
+    def pid(self, target: str) -> int:
+        """The PID of the process that serves ``target``."""
+        pid = self.service(target).process.pid
+        assert pid is not None
+        return pid
+
+    def rss(self, target: str) -> int:
+        """Resident set size in bytes of the process serving ``target``."""
+        return procfs.rss_bytes(self.pid(target))
+
+    def cpu_seconds(self, target: str) -> float:
+        """User + system CPU seconds used so far by the process serving ``target``."""
+        return procfs.cpu_seconds(self.pid(target))
+
+    @property
+    def broker_address(self) -> str:
+        """The broker itself (for setup: topics, pre-filling)."""
+        return self.address("direct")
+
+
+def _accepts(host: str, port: int) -> bool:
+    with socket.create_connection((host, port), timeout=1.0):
+        return True
+
+
+def start_relay(log_dir: Path, upstream_host: str, upstream_port: int) -> Service:
+    """Start ``python -m tests.bench.relay`` in front of the broker on a free port."""
+
+    def build(port: int) -> ManagedProcess:
+        argv = [sys.executable, "-m", "tests.bench.relay", str(port), upstream_host,
+                str(upstream_port)]
+        return ManagedProcess("relay", argv, log_path=log_dir / "relay.log",
+                              probe=lambda: _accepts(LOOPBACK, port),
+                              cwd=Path(__file__).resolve().parents[2])
+
+    port, process = start_on_port(build, None)
+    return Service(process, LOOPBACK, port)

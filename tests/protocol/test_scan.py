@@ -1,0 +1,213 @@
+"""The structural scanner agrees with the decoder (protocol/scan.py).
+
+* Generated messages, every schema: the scanner ends exactly where the encoding ends, and
+  finds at the top level exactly the tags the encoding wrote (known and unknown).
+* Arbitrary bytes, every response schema the sidecar scans, plus a sample of others: if
+  the decoder accepts, the scanner accepts and ends at the same offset; if the scanner
+  refuses, the decoder refuses too.
+* Hand-made Produce and Fetch responses: records are skipped, NodeEndpoints is found.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.apis import DEFAULT_REGISTRY
+from protocol.errors import (
+    DecodeError,
+    InvalidTaggedFields,
+    ProtocolError,
+    TrailingBytes,
+    Truncated,
+)
+from protocol.primitives import UNKNOWN_TAGS_KEY, is_default
+from protocol.scan import message_end, plan, response_header_size, top_level_tags
+from protocol.schema import decode, decode_prefix, encode, field_default
+from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
+from tests.protocol.strategies import all_schemas, message_values
+
+CASES = [
+    pytest.param(spec, version, id=f"{spec.name}-v{version}")
+    for _kind, spec, version in all_schemas()
+]
+EXAMPLES = max(5, settings().max_examples // 20)
+
+PRODUCE = DEFAULT_REGISTRY.api(0)
+FETCH = DEFAULT_REGISTRY.api(1)
+#: The responses the sidecar scans for NodeEndpoints, at every version they have it.
+SCANNED = [
+    pytest.param(api.response, v, id=f"{api.response.name}-v{v}")
+    for api, first in ((PRODUCE, 10), (FETCH, 16))
+    for v in range(first, (api.versions.hi or first) + 1)
+]
+
+
+@pytest.mark.parametrize(("spec", "version"), CASES)
+@settings(max_examples=EXAMPLES)
+@given(data=st.data())
+def test_scanner_ends_where_the_encoding_ends(spec: MessageSpec, version: int, data: st.DataObject) -> None:
+    value = data.draw(message_values(spec, version))
+    wire = encode(spec, version, value)
+    assert message_end(spec, version, wire) == len(wire)
+    assert message_end(spec, version, b"xyz" + wire + b"tail", 3) == 3 + len(wire)
+    section = top_level_tags(spec, version, wire)
+    if not spec.is_flexible(version):
+        assert section.tags == {} and section.start == len(wire)
+        return
+    unknown = {tag for tag, _ in value.get(UNKNOWN_TAGS_KEY, ())}
+    known = {f.tag for f in spec.fields if f.tagged_in(version)}
+    written = {
+        f.tag for f in spec.fields
+        if f.tagged_in(version) and not is_default(value.get(f.name), field_default(f, version))
+    }  # fmt: skip
+    assert written <= set(section.tags)
+    assert unknown <= set(section.tags)
+    assert set(section.tags) - unknown <= known
+    for tag, (start, end) in section.tags.items():
+        assert section.start < start <= end <= len(wire), tag
+    for tag, raw in value.get(UNKNOWN_TAGS_KEY, ()):
+        start, end = section.tags[tag]
+        assert wire[start:end] == raw
+
+
+@pytest.mark.parametrize(("spec", "version"), [*SCANNED, *CASES[::7]])
+@settings(max_examples=EXAMPLES * 4)
+@given(data=st.binary(max_size=80))
+def test_scanner_agrees_with_the_decoder_on_arbitrary_bytes(
+    spec: MessageSpec, version: int, data: bytes
+) -> None:
+    try:
+        _, used = decode_prefix(spec, version, data)
+    except ProtocolError:
+        used = None
+    try:
+        end = message_end(spec, version, data)
+    except (DecodeError, ProtocolError):
+        assert used is None, "the scanner refused what the decoder accepts"
+        return
+    if used is not None:
+        assert end == used
+
+
+@pytest.mark.parametrize(("spec", "version"), SCANNED)
+@settings(max_examples=EXAMPLES * 4)
+@given(data=st.data())
+def test_scanner_agrees_with_the_decoder_on_mutated_messages(
+    spec: MessageSpec, version: int, data: st.DataObject
+) -> None:
+    wire = bytearray(encode(spec, version, data.draw(message_values(spec, version))))
+    if wire:
+        for _ in range(data.draw(st.integers(1, 3))):
+            wire[data.draw(st.integers(0, len(wire) - 1))] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(wire)))
+    sample = bytes(wire[:cut])
+    try:
+        decode(spec, version, sample)
+        accepted = True
+    except ProtocolError:
+        accepted = False
+    try:
+        top_level_tags(spec, version, sample)
+    except ProtocolError:
+        assert not accepted, "the scanner refused what the decoder accepts"
+
+
+def _records(size: int) -> bytes:
+    return bytes(range(256)) * (size // 256) + bytes(size % 256)
+
+
+def _fetch_response(version: int, endpoints: list[dict[str, object]]) -> bytes:
+    partition = {
+        "PartitionIndex": 0, "ErrorCode": 0, "HighWatermark": 10, "LastStableOffset": 10,
+        "LogStartOffset": 0, "AbortedTransactions": [], "PreferredReadReplica": -1,
+        "Records": _records(100_000),
+    }  # fmt: skip
+    return encode(FETCH.response, version, {
+        "ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 0,
+        "Responses": [{"Topic": "t", "TopicId": uuid.UUID(int=7),
+                       "Partitions": [partition, partition]}],
+        "NodeEndpoints": endpoints,
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize("version", [16, 17])
+def test_fetch_node_endpoints_found_after_the_records(version: int) -> None:
+    endpoint = {"NodeId": 1, "Host": "broker-1", "Port": 9092, "Rack": None}
+    with_endpoints = _fetch_response(version, [endpoint])
+    section = top_level_tags(FETCH.response, version, with_endpoints)
+    assert set(section.tags) == {0}
+    assert section.start > 200_000  # after both partitions' records
+    without = _fetch_response(version, [])
+    assert top_level_tags(FETCH.response, version, without).tags == {}
+
+
+def test_produce_response_tags() -> None:
+    body = {
+        "Responses": [{"Name": "t", "PartitionResponses": [{
+            "Index": 0, "ErrorCode": 0, "BaseOffset": 5, "LogAppendTimeMs": -1,
+            "LogStartOffset": 0, "RecordErrors": [], "ErrorMessage": None,
+        }]}],
+        "ThrottleTimeMs": 0,
+        "NodeEndpoints": [{"NodeId": 1, "Host": "h", "Port": 1, "Rack": None}],
+    }  # fmt: skip
+    wire = encode(PRODUCE.response, 10, body)
+    assert set(top_level_tags(PRODUCE.response, 10, wire).tags) == {0}
+    assert top_level_tags(PRODUCE.response, 10, encode(PRODUCE.response, 10, {
+        **body, "NodeEndpoints": []})).tags == {}  # fmt: skip
+
+
+def test_truncated_and_trailing_bytes_are_refused() -> None:
+    wire = _fetch_response(16, [])
+    with pytest.raises(Truncated):
+        top_level_tags(FETCH.response, 16, wire[:-1])
+    with pytest.raises(Truncated):
+        top_level_tags(FETCH.response, 16, wire[: len(wire) // 2])
+    with pytest.raises(TrailingBytes):
+        top_level_tags(FETCH.response, 16, wire + b"\x00")
+
+
+def test_response_header_size() -> None:
+    assert response_header_size(b"\x00\x00\x00\x07rest", 0) == 4
+    assert response_header_size(b"\x00\x00\x00\x07\x00rest", 1) == 5
+    # One tag (tag 3, two bytes) in the header.
+    assert response_header_size(b"\x00\x00\x00\x07\x01\x03\x02ab" + b"rest", 1) == 9
+    with pytest.raises(Truncated):
+        response_header_size(b"\x00\x00\x00", 0)
+    with pytest.raises(Truncated):
+        response_header_size(b"\x00\x00\x00\x07\x01\x03\x05ab", 1)
+
+
+def test_plans_are_cached_and_flat() -> None:
+    steps = plan(FETCH.response, 16)
+    assert plan(FETCH.response, 16) is steps
+    # ThrottleTimeMs, ErrorCode, SessionId merge into one fixed run.
+    assert steps[0] == (0, 10)
+
+
+def _spec(*fields: FieldSpec, flexible: bool = False) -> MessageSpec:
+    return MessageSpec("Test", "data", None, Versions(0, 0),
+                       Versions(0, None) if flexible else NO_VERSIONS, tuple(fields))
+
+
+def test_hand_made_specs_edge_cases() -> None:
+    ints = _spec(FieldSpec("Xs", "[]int32", Versions(0, None)))
+    assert message_end(ints, 0, b"\x00\x00\x00\x01\x00\x00\x00\x07") == 8
+    with pytest.raises(Truncated):  # three elements announced, four bytes left
+        message_end(ints, 0, b"\x00\x00\x00\x03\x00\x00\x00\x07")
+    with pytest.raises(TrailingBytes):  # not flexible: no tag section, one byte too many
+        top_level_tags(ints, 0, b"\x00\x00\x00\x00\x00")
+    inner = (FieldSpec("A", "int8", Versions(0, None)),)
+    nullable = _spec(FieldSpec("S", "Inner", Versions(0, None), nullable=Versions(0, None),
+                               fields=inner))
+    assert message_end(nullable, 0, b"\xff") == 1
+    assert message_end(nullable, 0, b"\x01\x05") == 2
+    with pytest.raises(Truncated):
+        message_end(nullable, 0, b"")
+    tagged = _spec(FieldSpec("A", "int8", Versions(0, None)), flexible=True)
+    assert top_level_tags(tagged, 0, b"\x07\x02\x01\x00\x03\x00").tags == {1: (4, 4), 3: (6, 6)}
+    with pytest.raises(InvalidTaggedFields):
+        top_level_tags(tagged, 0, b"\x07\x02\x01\x00\x01\x00")

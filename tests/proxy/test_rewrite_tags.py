@@ -1,0 +1,122 @@
+"""Rewriting NodeEndpoints (KIP-951) by splicing the top-level tag section.
+
+Produce v10+ and Fetch v16+ responses are scanned, not decoded; when NodeEndpoints is
+present only its value is decoded and re-encoded. These tests check the spliced result
+against kafka-python's decoder (an independent oracle) and against a whole-message
+decode/modify/encode with our own schema, and that the bytes before the tag section —
+records included — are the broker's own.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kafka.protocol.consumer import FetchResponse
+
+from protocol.apis import DEFAULT_REGISTRY as R
+from protocol.scan import top_level_tags
+from protocol.schema import decode, encode
+from proxy.addressing import StaticAddressBook
+from proxy.config import HostPort
+from proxy.rewrite import Rewriter
+
+FETCH = R.api(1)
+PRODUCE = R.api(0)
+RECORDS = bytes(range(256)) * 300  # opaque to the rewriter: never parsed
+
+
+def fetch_value(endpoints: list[dict[str, object]], unknown: list[tuple[int, bytes]] | None = None) -> dict[str, object]:
+    partition = {
+        "PartitionIndex": 0, "ErrorCode": 6, "HighWatermark": 10, "LastStableOffset": 10,
+        "LogStartOffset": 0, "AbortedTransactions": [], "PreferredReadReplica": -1,
+        "Records": RECORDS, "CurrentLeader": {"LeaderId": 2, "LeaderEpoch": 3},
+    }  # fmt: skip
+    value: dict[str, object] = {
+        "ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 0,
+        "Responses": [{"Topic": "t", "TopicId": uuid.UUID(int=9), "Partitions": [partition]}],
+        "NodeEndpoints": endpoints,
+    }  # fmt: skip
+    if unknown:
+        value["_unknown_tags"] = unknown
+    return value
+
+
+def endpoint(node: int, host: str, port: int, rack: str | None = None) -> dict[str, object]:
+    return {"NodeId": node, "Host": host, "Port": port, "Rack": rack}
+
+
+class Unmapped:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def __call__(self, api: str, node: int) -> None:
+        self.calls.append((api, node))
+
+
+BOOK = StaticAddressBook({1: HostPort("sc1", 19092), 2: HostPort("sc2", 19093)})
+
+
+@pytest.mark.parametrize("version", [16, 17])
+def test_fetch_node_endpoints_rewritten_records_untouched(version: int) -> None:
+    original = encode(FETCH.response, version, fetch_value(
+        [endpoint(1, "b1", 9092, "r1"), endpoint(3, "b3", 9094)], unknown=[(7, b"xyz")]))
+    unmapped = Unmapped()
+    result = Rewriter(BOOK, "PLAINTEXT", unmapped).rewrite(FETCH, version, original)
+    assert result is not None
+    assert (result.rewritten, result.unmapped) == (1, 1)
+    assert unmapped.calls == [("Fetch", 3)]
+    got = FetchResponse[version].decode(result.body)
+    assert [(e.node_id, e.host, e.port, e.rack) for e in got.node_endpoints] == [(1, "sc1", 19092, "r1")]
+    assert bytes(got.responses[0].partitions[0].records) == RECORDS
+    # Same bytes as a whole decode/modify/encode, unknown tag kept in order.
+    expected = encode(FETCH.response, version, fetch_value(
+        [endpoint(1, "sc1", 19092, "r1")], unknown=[(7, b"xyz")]))
+    assert result.body == expected
+    # Everything up to the tag section is the broker's own bytes.
+    start = top_level_tags(FETCH.response, version, original).start
+    assert start > len(RECORDS)
+    assert result.body[:start] == original[:start]
+
+
+def test_fetch_with_every_endpoint_unmapped_keeps_an_empty_list() -> None:
+    original = encode(FETCH.response, 16, fetch_value([endpoint(5, "b5", 1)]))
+    result = Rewriter(BOOK, "PLAINTEXT").rewrite(FETCH, 16, original)
+    assert result is not None and (result.rewritten, result.unmapped) == (0, 1)
+    assert decode(FETCH.response, 16, result.body).NodeEndpoints == []
+
+
+def test_no_tag_or_an_empty_tag_passes_unchanged() -> None:
+    plain = encode(FETCH.response, 16, fetch_value([]))
+    assert plain.endswith(b"\x00")  # no tag written for the default
+    assert Rewriter(BOOK, "PLAINTEXT").rewrite(FETCH, 16, plain) is None
+    # Tansu 0.6 writes the default-valued tag anyway: one entry, tag 0, one byte (no items).
+    explicit = plain[:-1] + b"\x01\x00\x01\x01"
+    assert decode(FETCH.response, 16, explicit).NodeEndpoints == []
+    assert Rewriter(BOOK, "PLAINTEXT").rewrite(FETCH, 16, explicit) is None
+
+
+def test_produce_splice_matches_a_whole_reencode() -> None:
+    value = {
+        "Responses": [{"Name": "t", "PartitionResponses": [{
+            "Index": 0, "ErrorCode": 6, "BaseOffset": -1, "LogAppendTimeMs": -1,
+            "LogStartOffset": -1, "RecordErrors": [], "ErrorMessage": None,
+            "CurrentLeader": {"LeaderId": 2, "LeaderEpoch": 1},
+        }]}],
+        "ThrottleTimeMs": 0,
+        "NodeEndpoints": [endpoint(2, "b2", 9093)],
+    }  # fmt: skip
+    for version in (10, 11):
+        original = encode(PRODUCE.response, version, value)
+        result = Rewriter(BOOK, "PLAINTEXT").rewrite(PRODUCE, version, original)
+        assert result is not None
+        assert result.body == encode(PRODUCE.response, version,
+                                     {**value, "NodeEndpoints": [endpoint(2, "sc2", 19093)]})
+
+
+def test_truncated_response_is_refused() -> None:
+    from protocol.errors import ProtocolError
+
+    original = encode(FETCH.response, 16, fetch_value([endpoint(1, "b1", 9092)]))
+    with pytest.raises(ProtocolError):
+        Rewriter(BOOK, "PLAINTEXT").rewrite(FETCH, 16, original[:-3])
