@@ -105,7 +105,8 @@ def _read_uvarint(stream: io.BytesIO, max_bytes: int) -> int:
     raise InvalidValue(f"varint longer than {max_bytes} bytes")
 
 
-def _uvarint_bytes(value: int) -> bytes:
+def encode_uvarint(value: int) -> bytes:
+    """Unsigned LEB128 bytes of ``value`` (tags, sizes and compact lengths)."""
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -171,7 +172,7 @@ class _UVarInt(c.Construct):  # type: ignore[misc]
     def _build(self, obj: int, stream: io.BytesIO, context: Any, path: str) -> int:
         if not isinstance(obj, int) or obj < 0 or obj >> self.bits:
             raise EncodeError(f"{obj!r} is not an unsigned {self.bits}-bit integer")
-        stream.write(_uvarint_bytes(obj))
+        stream.write(encode_uvarint(obj))
         return obj
 
 
@@ -193,7 +194,7 @@ class _ZigZag(c.Construct):  # type: ignore[misc]
         lo, hi = -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
         if not isinstance(obj, int) or not lo <= obj <= hi:
             raise EncodeError(f"{obj!r} is not a signed {self.bits}-bit integer")
-        stream.write(_uvarint_bytes((obj << 1) ^ (obj >> (self.bits - 1))))
+        stream.write(encode_uvarint((obj << 1) ^ (obj >> (self.bits - 1))))
         return obj
 
 
@@ -267,7 +268,7 @@ class _Length(c.Construct):  # type: ignore[misc]
                 raise EncodeError("null value for a non-nullable field")
             n = -1
         if self.compact:
-            stream.write(_uvarint_bytes(n + 1))
+            stream.write(encode_uvarint(n + 1))
         else:
             fmt = _I32 if self.wide else _I16
             if not -1 <= n <= (0x7FFFFFFF if self.wide else 0x7FFF):
@@ -541,14 +542,14 @@ class TaggedFields:
                 raise EncodeError(f"unknown-tag list repeats known tag {tag}")
             entries.append((tag, bytes(raw)))
         entries.sort(key=lambda e: e[0])
-        stream.write(_uvarint_bytes(len(entries)))
+        stream.write(encode_uvarint(len(entries)))
         last = -1
         for tag, raw in entries:
             if tag == last:
                 raise EncodeError(f"tag {tag} written twice")
             last = tag
-            stream.write(_uvarint_bytes(tag))
-            stream.write(_uvarint_bytes(len(raw)))
+            stream.write(encode_uvarint(tag))
+            stream.write(encode_uvarint(len(raw)))
             stream.write(raw)
 
 

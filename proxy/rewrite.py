@@ -32,6 +32,7 @@ import construct as c
 
 from protocol.apis import Api
 from protocol.errors import ErrorCode
+from protocol.primitives import encode_uvarint
 from protocol.scan import top_level_tags
 from protocol.schema import decode, encode
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
@@ -207,12 +208,12 @@ class Rewriter:
         if not rewritten and not unmapped:
             return None
         out = bytearray(view[: section.start])
-        out += _uvarint(len(section.tags))
+        out += encode_uvarint(len(section.tags))
         for tag, (start, end) in section.tags.items():
             value = values.get(tag)
             data = view[start:end] if value is None else value
-            out += _uvarint(tag)
-            out += _uvarint(len(data))
+            out += encode_uvarint(tag)
+            out += encode_uvarint(len(data))
             out += data
         return RewriteResult(bytes(out), rewritten, unmapped)
 
@@ -233,13 +234,3 @@ class Rewriter:
         entry["Host"] = address.host
         entry["Port"] = address.port
         return 1, 0
-
-
-def _uvarint(value: int) -> bytes:
-    """Unsigned LEB128, as tag numbers, sizes and counts of a tag section are written."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
