@@ -162,14 +162,8 @@ class Rewriter:
             entries = value.get(site.array)
             if not entries:
                 continue
-            kept = c.ListContainer()
-            for entry in entries:
-                r, u = self._entry(api, entry, site)
-                rewritten, unmapped = rewritten + r, unmapped + u
-                if u and not site.error:
-                    continue
-                kept.append(entry)
-            value[site.array] = kept
+            value[site.array], r, u = self._entries(api, entries, site)
+            rewritten, unmapped = rewritten + r, unmapped + u
         if not rewritten and not unmapped:
             return None
         return RewriteResult(encode(api.response, version, value), rewritten, unmapped)
@@ -197,13 +191,8 @@ class Rewriter:
             entries = decode(spec, version, bytes(raw) + b"\x00")[name]
             if not entries:
                 continue
-            kept = c.ListContainer()
-            for entry in entries:
-                r, u = self._entry(api, entry, site)
-                rewritten, unmapped = rewritten + r, unmapped + u
-                if u and not site.error:
-                    continue
-                kept.append(entry)
+            kept, r, u = self._entries(api, entries, site)
+            rewritten, unmapped = rewritten + r, unmapped + u
             values[tag] = encode(spec, version, {name: kept})[:-1]  # without its tag count
         if not rewritten and not unmapped:
             return None
@@ -216,6 +205,22 @@ class Rewriter:
             out += encode_uvarint(len(data))
             out += data
         return RewriteResult(bytes(out), rewritten, unmapped)
+
+    def _entries(self, api: Api, entries: Any, site: Site) -> tuple[c.ListContainer, int, int]:
+        """Rewrite a list of broker entries: ``(kept entries, rewritten, unmapped)``.
+
+        An unmapped entry is dropped, except where it carries its own error code
+        (coordinators), which :meth:`_entry` sets instead.
+        """
+        kept = c.ListContainer()
+        rewritten = unmapped = 0
+        for entry in entries:
+            r, u = self._entry(api, entry, site)
+            rewritten, unmapped = rewritten + r, unmapped + u
+            if u and not site.error:
+                continue
+            kept.append(entry)
+        return kept, rewritten, unmapped
 
     def _entry(self, api: Api, entry: Any, site: Site) -> tuple[int, int]:
         if site.error and entry.get("ErrorCode", 0) != 0:
