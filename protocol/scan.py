@@ -167,7 +167,10 @@ def _null(n: int, nullable: bool) -> bool:
     raise InvalidValue(f"invalid length {n}" if n != -1 else "null where not nullable")
 
 
-def _skip_tags(buf: memoryview, pos: int, end: int) -> int:
+def _skip_tags(
+    buf: memoryview, pos: int, end: int, spans: dict[int, tuple[int, int]] | None = None
+) -> int:
+    """Walk a tagged section; return where it ends, noting each tag's value span in ``spans``."""
     count, pos = _uvarint(buf, pos, end)
     last = -1
     for _ in range(count):
@@ -178,6 +181,8 @@ def _skip_tags(buf: memoryview, pos: int, end: int) -> int:
         size, pos = _uvarint(buf, pos, end)
         if pos + size > end:
             raise Truncated(f"needed {size} byte(s), only {end - pos} left")
+        if spans is not None:
+            spans[tag] = (pos, pos + size)
         pos += size
     return pos
 
@@ -258,18 +263,7 @@ def top_level_tags(
     pos = walk(steps[:-1], view, 0, end)
     start = pos
     tags: dict[int, tuple[int, int]] = {}
-    count, pos = _uvarint(view, pos, end)
-    last = -1
-    for _ in range(count):
-        tag, pos = _uvarint(view, pos, end)
-        if tag <= last:
-            raise InvalidTaggedFields(f"tag {tag} after tag {last}: tags must be strictly increasing")
-        last = tag
-        size, pos = _uvarint(view, pos, end)
-        if pos + size > end:
-            raise Truncated(f"needed {size} byte(s), only {end - pos} left")
-        tags[tag] = (pos, pos + size)
-        pos += size
+    pos = _skip_tags(view, pos, end, tags)
     if pos != end:
         raise TrailingBytes(end - pos, f"{spec.name} v{version}")
     return TagSection(start, tags)
