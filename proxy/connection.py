@@ -108,6 +108,8 @@ class Connection:
         self.client = client
         self.listener = listener
         self.peer = peer
+        #: Who the client is: ``User:<name>`` once SASL authenticated it, else anonymous.
+        self.principal = "User:ANONYMOUS"
         config = sidecar.config
         self.max_in_flight: int = config["sidecar.max.in.flight.requests.per.connection"]
         self.max_buffered: int = config["sidecar.max.buffered.bytes.per.connection"]

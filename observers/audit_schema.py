@@ -1,0 +1,81 @@
+"""The audit trail's one schema: what the audit observer writes and spark_jobs read.
+
+One row per request/response pair. Produce and Fetch pairs get one row per
+topic-partition instead (``topic``, ``partition``, ``bytes``, ``records`` filled); every
+other API gets a single row with those columns null. The columns describing the whole
+request (sizes, latency, ids) repeat on each of its rows; ``first_row`` marks one row per
+request so that counting requests or summing request sizes never counts a request twice.
+
+Files are Parquet under Hive partitions ``dt=YYYY-MM-DD/hour=HH`` (UTC, of ``time``);
+the partition columns live in the directory names, not in the files, and are declared
+in :data:`PARTITION_COLUMNS`.
+
+This module imports pyarrow only, so a Spark job (which may run where the sidecar does
+not) can share it. Changing a column is a schema change: bump :data:`SCHEMA_VERSION`,
+which every file carries in its key-value metadata under ``ksidecar.audit.schema``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: Written into each file's metadata; readers may refuse versions they do not know.
+SCHEMA_VERSION = 1
+
+#: Hive partition directories, outermost first (values are strings in the paths).
+PARTITION_COLUMNS = ("dt", "hour")
+
+#: The principal recorded for connections that did not authenticate.
+ANONYMOUS = "User:ANONYMOUS"
+
+_FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
+    # name, type, nullable, meaning
+    ("time", pa.timestamp("us", tz="UTC"), False, "when the sidecar received the request"),
+    ("sidecar_broker_id", pa.int32(), False, "broker id of the sidecar that saw the request"),
+    ("listener", pa.string(), False, "name of the sidecar listener the client used"),
+    ("client_host", pa.string(), False, "client IP address"),
+    ("client_port", pa.int32(), False, "client TCP port"),
+    ("principal", pa.string(), False, "authenticated principal, e.g. User:alice, else User:ANONYMOUS"),
+    ("client_id", pa.string(), True, "client.id from the request header (null when absent)"),
+    ("api_key", pa.int16(), False, "Kafka API key"),
+    ("api_name", pa.string(), False, "Kafka API name, e.g. Produce"),
+    ("api_version", pa.int16(), False, "request version"),
+    ("correlation_id", pa.int32(), False, "correlation id (unique per connection, not globally)"),
+    ("request_id", pa.int64(), False, "unique per request within one sidecar run (with sidecar_broker_id and time)"),
+    ("first_row", pa.bool_(), False, "true on exactly one row of each request"),
+    ("error_code", pa.int16(), True, "this row's error: the partition's for Produce/Fetch rows, else the top-level one; null when no response"),
+    ("request_bytes", pa.int64(), False, "size of the whole request frame, size prefix included"),
+    ("response_bytes", pa.int64(), True, "size of the whole response frame sent to the client; null when none (acks=0)"),
+    ("latency_us", pa.int64(), True, "request received to response sent to the client, microseconds; null when no response"),
+    ("upstream_latency_us", pa.int64(), True, "request forwarded to broker response received, microseconds; null when answered locally or no response"),
+    ("local", pa.bool_(), False, "true when the sidecar answered the request itself"),
+    ("acks", pa.int16(), True, "Produce acks (0, 1, -1); null for other APIs"),
+    ("topic", pa.string(), True, "topic of a Produce/Fetch row (Fetch topic ids mapped to names where known)"),
+    ("partition", pa.int32(), True, "partition of a Produce/Fetch row"),
+    ("bytes", pa.int64(), True, "record bytes produced (request) or fetched (response) for this partition"),
+    ("records", pa.int64(), True, "records produced or fetched for this partition"),
+]
+
+#: The Arrow schema of every audit file (partition columns excluded).
+AUDIT_SCHEMA = pa.schema(
+    [pa.field(name, dtype, nullable=nullable, metadata={"doc": doc}) for name, dtype, nullable, doc in _FIELDS],
+    metadata={"ksidecar.audit.schema": str(SCHEMA_VERSION)},
+)
+
+#: Column names in file order.
+COLUMNS: tuple[str, ...] = tuple(name for name, *_ in _FIELDS)
+
+#: Column meanings, for documentation and reports.
+DOCS: dict[str, str] = {name: doc for name, _, _, doc in _FIELDS}
+
+#: API keys whose rows are per topic-partition.
+PRODUCE_KEY = 0
+FETCH_KEY = 1
+
+
+def markdown_table() -> str:
+    """The schema as a Markdown table (for docs/audit.md)."""
+    lines = ["| column | type | null | meaning |", "|---|---|---|---|"]
+    for name, dtype, nullable, doc in _FIELDS:
+        lines.append(f"| `{name}` | {dtype} | {'yes' if nullable else 'no'} | {doc} |")
+    return "\n".join(lines) + "\n"
