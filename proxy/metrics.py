@@ -80,6 +80,11 @@ class SidecarMetrics:
         self.unasked_responses = Counter(
             "ksidecar_unasked_responses", "Responses the broker sent to Produce requests with "
             "acks=0 (Kafka sends none; Tansu does), dropped by the sidecar.", registry=r)
+        self.sasl_authentications = Counter(
+            "ksidecar_sasl_authentications", "SASL authentications (and re-authentications) "
+            "the sidecar completed or refused, by listener, mechanism and result (success, "
+            "failure); in passthrough mode, those the broker accepted.",
+            ["listener", "mechanism", "result"], registry=r)
         self.upstream_up = Gauge(
             "ksidecar_upstream_up", "1 while the control connection to the broker works.",
             registry=r)

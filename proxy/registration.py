@@ -28,6 +28,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from proxy.config import HostPort
 from proxy.handlers.broker_metadata import BrokerEntry
+from proxy.user_store import Users, UserStore
 from quotas.store import IpQuotaStore
 
 if TYPE_CHECKING:
@@ -117,6 +118,9 @@ class Registration:
         )
         self.bodies: dict[int, dict[str, Any]] = {}
         self.quota_store = IpQuotaStore(self.client, self._quotas_changed)
+        #: SCRAM users (``/config/users``), kept current by a watch (proxy.handlers.sasl).
+        self.user_store = UserStore(self.client, self._users_changed)
+        self.scram_users: Users = {}
         self.node_id = -1
         self._token: trio.lowlevel.TrioToken | None = None
         self._lost = trio.Event()
@@ -150,6 +154,7 @@ class Registration:
         try:
             await trio.to_thread.run_sync(self.client.ensure_path, IDS_PATH)
             await trio.to_thread.run_sync(self.quota_store.start)
+            await trio.to_thread.run_sync(self.user_store.start)
             await self._register()
             self.client.ChildrenWatch(IDS_PATH, self._children_changed)
             await self._wait_for_first_view()
@@ -231,6 +236,16 @@ class Registration:
         if self._token is not None:
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(self.sidecar.set_ip_quotas, snapshot)
+
+    def _users_changed(self, users: Users) -> None:
+        # kazoo thread: hand the snapshot to trio without blocking.
+        if self._token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self.set_scram_users, users)
+
+    def set_scram_users(self, users: Users) -> None:
+        """Install a new snapshot of the SCRAM users (new logins use it)."""
+        self.scram_users = users
 
     def _install(self, bodies: dict[int, dict[str, Any]]) -> None:
         self.bodies = bodies

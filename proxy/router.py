@@ -17,13 +17,14 @@ from protocol.apis import API_VERSIONS
 from protocol.framing import size_prefix
 from protocol.headers import RequestHeader
 from protocol.scan import response_header_size
-from proxy.handlers import client_quotas
+from proxy.handlers import client_quotas, scram_credentials
 from proxy.handlers.api_versions import advertised_ranges, handle_api_versions
 from proxy.handlers.broker_metadata import handle_broker_metadata
 from proxy.rewrite import Rewriter, rewrites_version
 
 if TYPE_CHECKING:
     from proxy.connection import Connection
+    from proxy.handlers.sasl import ListenerAuth, SaslGate
     from proxy.server import Sidecar
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,17 @@ class Router:
         self.listener = listener
         self.registry = sidecar.registry
         self.local_keys = {API_VERSIONS, sidecar.registry.broker_metadata_key}
+        if scram_credentials.answered_locally(sidecar):
+            self.local_keys |= scram_credentials.KEYS
+        #: SASL on this listener (``None`` on PLAINTEXT/SSL), and the SASL keys the sidecar
+        #: answers itself there (terminate mode), advertised in ApiVersions.
+        self.auth: ListenerAuth | None = None
+        self.sasl_keys: frozenset[int] = frozenset()
+        if sidecar.config.security_protocol(listener).startswith("SASL_"):
+            from proxy.handlers.sasl import SASL_KEYS, ListenerAuth  # imports proxy.connection
+
+            self.auth = ListenerAuth(sidecar, listener)
+            self.sasl_keys = SASL_KEYS if self.auth.terminating else frozenset()
         self.rewriter = Rewriter(sidecar.address_book, listener, self._unmapped)
         # ApiVersions answers depend only on (version, request body) and what the broker
         # said (``upstream.info``, replaced whole on each refresh): built once, reused.
@@ -85,6 +97,8 @@ class Router:
         self, header: RequestHeader, body: memoryview, connection: Connection
     ) -> tuple[int, bytes]:
         """Answer a LOCAL request: ``(response version, response body)``."""
+        if header.api_key in scram_credentials.KEYS:
+            return header.api_version, await scram_credentials.handle(self.sidecar, connection, header, body)
         if header.api_key == client_quotas.DESCRIBE_CLIENT_QUOTAS:
             return header.api_version, await client_quotas.handle_describe(self.sidecar, header.api_version, body)
         if header.api_key == client_quotas.ALTER_CLIENT_QUOTAS:
@@ -97,7 +111,7 @@ class Router:
             answer = self._versions_answers.get(key)
             if answer is None:
                 ranges = advertised_ranges(
-                    self.registry, info.api_versions if info else None, self.local_keys | QUOTA_KEYS
+                    self.registry, info.api_versions if info else None, self.local_keys | QUOTA_KEYS | self.sasl_keys
                 )
                 features = info.api_versions_body if info is not None else None
                 answer = handle_api_versions(self.registry, header.api_version, body, ranges, features)
@@ -108,6 +122,10 @@ class Router:
         return header.api_version, handle_broker_metadata(
             self.registry, header.api_version, body, me, others
         )
+
+    def sasl_gate(self, connection: Connection) -> SaslGate | None:
+        """A new connection's SASL gate (``None`` unless this is a SASL listener)."""
+        return self.auth.gate(connection) if self.auth is not None else None
 
     def rewrite_response(
         self, header: RequestHeader, response_header_version: int, body: memoryview

@@ -4,7 +4,9 @@ Every client connection gets its own upstream connection (:meth:`Upstream.connec
 One more, the *control connection*, asks the broker for its ApiVersions and its Metadata
 at start and every ``sidecar.upstream.api.versions.refresh.ms``: the sidecar answers
 ApiVersions from the intersection of that with what it can parse, and learns its own
-broker id when ``broker.id`` is -1.
+broker id when ``broker.id`` is -1. When the broker authenticates clients
+(``sidecar.sasl.mode=passthrough``), the control connection logs in first with
+``sidecar.upstream.sasl.*`` (:class:`Login`); client connections authenticate themselves.
 """
 
 from __future__ import annotations
@@ -22,17 +24,33 @@ from protocol.errors import ProtocolError
 from protocol.framing import EOF, NEED_DATA, FrameDecoder, encode_frame
 from protocol.headers import decode_response_header, encode_request_header
 from protocol.schema import decode, encode
-from proxy.config import HostPort
+from proxy.config import HostPort, SidecarConfig
+from proxy.sasl.client import login_client
+from proxy.sasl.errors import SaslError
 
 log = logging.getLogger(__name__)
 
 API_VERSIONS = 18
 METADATA = 3
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 CLIENT_ID = "ksidecar-control"
 
 
 class UpstreamError(Exception):
     """The broker could not be reached or answered nonsense."""
+
+
+@dataclass(frozen=True, repr=False)
+class Login:
+    """The control connection's SASL login (its ``repr`` hides the password)."""
+
+    mechanism: str
+    username: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"Login({self.mechanism}, {self.username!r})"
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,14 @@ class UpstreamInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def upstream_login(config: SidecarConfig) -> Login | None:
+    """The control connection's login from ``sidecar.upstream.sasl.*`` (``None``: none)."""
+    mechanism = config["sidecar.upstream.sasl.mechanism"]
+    if not mechanism:
+        return None
+    return Login(mechanism, config["sidecar.upstream.sasl.username"], config["sidecar.upstream.sasl.password"])
+
+
 class Upstream:
     """Opens connections to the broker and keeps :attr:`info` current."""
 
@@ -68,8 +94,10 @@ class Upstream:
         server_hostname: str | None = None,
         connect_timeout: float = 10.0,
         registry: ApiRegistry = DEFAULT_REGISTRY,
+        login: Login | None = None,
     ) -> None:
         self.address = address
+        self.login = login
         self.ssl_context = ssl_context
         self.server_hostname = server_hostname or address.host
         self.connect_timeout = connect_timeout
@@ -131,6 +159,8 @@ class Upstream:
         try:
             with trio.fail_after(self.connect_timeout):
                 versions_body = await self._api_versions(stream)
+                if self.login is not None:
+                    await self._log_in(stream, self.login)
                 ranges = {
                     k.ApiKey: (k.MinVersion, k.MaxVersion) for k in versions_body.ApiKeys
                 }
@@ -158,6 +188,27 @@ class Upstream:
         if body.ErrorCode != 0:
             raise UpstreamError(f"broker ApiVersions failed with error {body.ErrorCode}")
         return body
+
+    async def _log_in(self, stream: trio.abc.Stream, login: Login) -> None:
+        shake = await self.call(stream, SASL_HANDSHAKE, 1, {"Mechanism": login.mechanism})
+        if shake.ErrorCode != 0:
+            raise UpstreamError(
+                f"broker refused SASL mechanism {login.mechanism} (error {shake.ErrorCode}; "
+                f"it offers {', '.join(shake.Mechanisms)})"
+            )
+        client = login_client(login.mechanism, login.username, login.password)
+        token: bytes | None = client.first()
+        while token is not None:
+            answer = await self.call(stream, SASL_AUTHENTICATE, 1, {"AuthBytes": token})
+            if answer.ErrorCode != 0:
+                raise UpstreamError(
+                    f"broker refused the control connection's login as {login.username!r}: "
+                    f"{answer.ErrorMessage} (error {answer.ErrorCode})"
+                )
+            try:
+                token = client.respond(bytes(answer.AuthBytes))
+            except SaslError as exc:
+                raise UpstreamError(f"control connection login: {exc.message}") from None
 
     async def _metadata(
         self, stream: trio.abc.Stream, ranges: dict[int, tuple[int, int]]

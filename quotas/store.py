@@ -58,30 +58,36 @@ def rate_of(config: Mapping[str, str]) -> float | None:
         return None
 
 
-class IpQuotaStore:
-    """Watches ``/config/ips`` and writes changes; see the module docstring."""
+class EntityConfigStore:
+    """Watches the entities under one ``/config/<type>`` path and writes their configs.
 
-    def __init__(self, client: KazooClient, on_change: Callable[[Snapshot], None]) -> None:
+    ``on_change`` gets ``{entity name: config map}`` after every change (on kazoo's
+    thread: hand it over without blocking). Shared by the per-IP quotas here and the
+    sidecar's SCRAM users (``/config/users``).
+    """
+
+    def __init__(
+        self, client: KazooClient, path: str, on_change: Callable[[dict[str, dict[str, str]]], None]
+    ) -> None:
         self.client = client
+        self.path = path
         self.on_change = on_change
         self._configs: dict[str, dict[str, str]] = {}
         self._watched: set[str] = set()
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        """Create ``/config/ips`` if needed and start watching (blocking: call from a thread)."""
-        self.client.ensure_path(IPS_PATH)
-        self.client.ChildrenWatch(IPS_PATH, self._children)
+        """Create the path if needed and start watching (blocking: call from a thread)."""
+        self.client.ensure_path(self.path)
+        self.client.ChildrenWatch(self.path, self._children)
 
-    def snapshot(self) -> Snapshot:
-        """``{ip or None: rate}`` as currently known."""
+    def configs(self) -> dict[str, dict[str, str]]:
+        """Every entity's config map as currently known (a copy)."""
         with self._lock:
-            result: Snapshot = {}
-            for name, config in self._configs.items():
-                rate = rate_of(config)
-                if rate is not None:
-                    result[None if name == DEFAULT_ENTITY else name] = rate
-            return result
+            return {name: dict(config) for name, config in self._configs.items()}
+
+    def _changed(self) -> None:
+        self.on_change(self.configs())
 
     def _children(self, children: list[str]) -> None:
         for child in children:
@@ -89,13 +95,13 @@ class IpQuotaStore:
                 if child in self._watched:
                     continue
                 self._watched.add(child)
-            self.client.DataWatch(f"{IPS_PATH}/{child}", self._data_callback(child))
+            self.client.DataWatch(f"{self.path}/{child}", self._data_callback(child))
         with self._lock:
             gone = set(self._configs) - set(children)
             for child in gone:
                 self._configs.pop(child, None)
         if gone:
-            self.on_change(self.snapshot())
+            self._changed()
 
     def _data_callback(self, child: str) -> Callable[[bytes | None, Any], bool]:
         def changed(data: bytes | None, _stat: Any) -> bool:
@@ -105,14 +111,14 @@ class IpQuotaStore:
                     self._watched.discard(child)
                 else:
                     self._configs[child] = decode_config(data)
-            self.on_change(self.snapshot())
+            self._changed()
             return data is not None  # stop watching a deleted node
 
         return changed
 
-    def alter(self, ip: str | None, set_rate: float | None, remove: bool) -> None:
-        """Set or remove ``connection_creation_rate`` of one entity (blocking: from a thread)."""
-        path = f"{IPS_PATH}/{znode_name(ip)}"
+    def edit(self, name: str, change: Callable[[dict[str, str]], None]) -> None:
+        """Apply ``change`` to one entity's config map, compare-and-set (blocking: from a thread)."""
+        path = f"{self.path}/{name}"
         for _ in range(10):
             try:
                 raw, stat = self.client.get(path)
@@ -120,10 +126,7 @@ class IpQuotaStore:
             except NoNodeError:
                 raw, version = None, -1
             config = decode_config(raw)
-            if remove:
-                config.pop(RATE_KEY, None)
-            elif set_rate is not None:
-                config[RATE_KEY] = _format_rate(set_rate)
+            change(config)
             try:
                 if version < 0:
                     if not config:
@@ -136,6 +139,33 @@ class IpQuotaStore:
             except (BadVersionError, NodeExistsError):
                 continue  # somebody changed it meanwhile: read again
         raise RuntimeError(f"{path}: gave up after 10 concurrent modifications")
+
+
+class IpQuotaStore(EntityConfigStore):
+    """Watches ``/config/ips`` and writes changes; see the module docstring."""
+
+    def __init__(self, client: KazooClient, on_change: Callable[[Snapshot], None]) -> None:
+        super().__init__(client, IPS_PATH, lambda _configs: on_change(self.snapshot()))
+
+    def snapshot(self) -> Snapshot:
+        """``{ip or None: rate}`` as currently known."""
+        result: Snapshot = {}
+        for name, config in self.configs().items():
+            rate = rate_of(config)
+            if rate is not None:
+                result[None if name == DEFAULT_ENTITY else name] = rate
+        return result
+
+    def alter(self, ip: str | None, set_rate: float | None, remove: bool) -> None:
+        """Set or remove ``connection_creation_rate`` of one entity (blocking: from a thread)."""
+
+        def change(config: dict[str, str]) -> None:
+            if remove:
+                config.pop(RATE_KEY, None)
+            elif set_rate is not None:
+                config[RATE_KEY] = _format_rate(set_rate)
+
+        self.edit(znode_name(ip), change)
 
 
 def _format_rate(rate: float) -> str:

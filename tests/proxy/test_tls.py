@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import hashlib
 import ssl
-import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 import trustme
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from kafka.protocol.metadata import MetadataResponse
 
 from proxy.rig.tansu import TansuServer
 from proxy.server import Sidecar
 from tests.proxy.conftest import StartSidecar, sidecar_keys
-from tests.proxy.wire import Wire, create_topic, kp_decode, request_frame, sample, wait_until
+from tests.proxy.wire import (
+    Wire,
+    confluent_consume,
+    create_topic,
+    kp_decode,
+    request_frame,
+    sample,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -123,25 +129,9 @@ async def test_confluent_kafka_produces_and_consumes_over_tls(
             producer.produce(topic, value=value, key=key, partition=0)
         return int(producer.flush(20))
 
-    def consume() -> list[tuple[bytes, bytes]]:
-        consumer = Consumer({**common, "group.id": f"g-{topic}", "enable.auto.commit": False})
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        got: list[tuple[bytes, bytes]] = []
-        try:
-            deadline = time.monotonic() + 30
-            while len(got) < len(sent) and time.monotonic() < deadline:
-                message: Any = consumer.poll(0.5)
-                if message is None:
-                    continue
-                assert message.error() is None, message.error()
-                got.append((message.key(), message.value()))
-        finally:
-            consumer.close()
-        return got
-
     with trio.fail_after(60):
         assert await trio.to_thread.run_sync(produce) == 0
-        got = await trio.to_thread.run_sync(consume)
+        got = await trio.to_thread.run_sync(confluent_consume, common, topic, len(sent), 30)
     assert got == sent
     assert sample(sidecar, "ksidecar_connections_total", listener="SSL") >= 2
 

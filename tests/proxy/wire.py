@@ -183,6 +183,29 @@ def sample(sidecar: Sidecar, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
+def confluent_consume(config: Mapping[str, Any], topic: str, count: int, seconds: float) -> list[tuple[bytes, bytes]]:
+    """Read up to ``count`` (key, value) pairs of partition 0 from offset 0 with confluent-kafka
+    (blocking; run it in a thread)."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**config, "group.id": f"g-{topic}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[bytes, bytes]] = []
+    try:
+        deadline = time.monotonic() + seconds
+        while len(got) < count and time.monotonic() < deadline:
+            message: Any = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got.append((message.key(), message.value()))
+    finally:
+        consumer.close()
+    return got
+
+
 async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     """Poll ``predicate`` (cheap, in-process state) until it holds or ``timeout`` passes."""
     with trio.fail_after(timeout):

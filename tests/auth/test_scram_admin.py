@@ -1,0 +1,52 @@
+"""Kafka's rules for DescribeUserScramCredentials / AlterUserScramCredentials (sans-IO)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from proxy.sasl.scram import SCRAM_SHA_256, derive_credential
+from proxy.sasl.scram_admin import Deletion, Upsertion, describe, plan_alter
+
+USERS = {"alice": {"SCRAM-SHA-256": derive_credential(SCRAM_SHA_256, "pw", 4096, b"s")}}
+
+
+def upsert(name: str, mechanism: int = 1, iterations: int = 4096) -> Upsertion:
+    salted = hashlib.pbkdf2_hmac("sha256", b"pw", b"salt", iterations)
+    return Upsertion(name, mechanism, iterations, b"salt", salted)
+
+
+def results(response: dict[str, object]) -> list[tuple[object, object]]:
+    return [(r["User"], r["ErrorCode"]) for r in response["Results"]]  # type: ignore[attr-defined,index]
+
+
+def test_describe_all_named_duplicate_missing_and_unauthorized() -> None:
+    every = describe(None, USERS, True)
+    assert every["ErrorCode"] == 0
+    assert every["Results"][0]["CredentialInfos"] == [{"Mechanism": 1, "Iterations": 4096}]
+    assert results(describe([], USERS, True)) == [("alice", 0)]
+    assert results(describe(["bob", "alice", "alice"], USERS, True)) == [("bob", 91), ("alice", 92)]
+    refused = describe(["alice"], USERS, False)
+    assert (refused["ErrorCode"], results(refused)) == (31, [("alice", 31)])
+
+
+def test_alter_rules() -> None:
+    response, writes = plan_alter(
+        [Deletion("alice", 1), Deletion("carol", 2), Deletion("", 1), Deletion("dan", 9)],
+        [upsert("bob"), upsert("bob"), upsert("eve", iterations=100), upsert("fay", iterations=20000),
+         upsert("gus", mechanism=2, iterations=4096)],
+        USERS, True)
+    assert results(response) == [("alice", 0), ("carol", 91), ("", 93), ("dan", 33), ("bob", 92),
+                                 ("eve", 93), ("fay", 93), ("gus", 0)]
+    assert writes["alice"] == {"SCRAM-SHA-256": None}
+    (mechanism, credential), = writes["gus"].items()
+    assert mechanism == "SCRAM-SHA-512" and credential is not None
+    # The server key is HMAC-SHA-512(salted password, "Server Key"), whatever bytes were sent.
+    salted = upsert("gus").salted_password
+    assert credential.server_key == hmac.new(salted, b"Server Key", "sha512").digest()
+    assert sorted(writes) == ["alice", "gus"]
+
+
+def test_alter_unauthorized_writes_nothing() -> None:
+    response, writes = plan_alter([Deletion("alice", 1)], [upsert("bob")], USERS, False)
+    assert results(response) == [("alice", 31), ("bob", 31)] and writes == {}
