@@ -79,7 +79,8 @@ def _element_steps(field: FieldSpec, version: int, flexible: bool) -> Steps:
     return ((BLOB, flexible, True, nullable),)  # bytes and records: the primitives left
 
 
-def _field_steps(field: FieldSpec, version: int, flexible: bool) -> Steps:
+def plan_field(field: FieldSpec, version: int, flexible: bool) -> Steps:
+    """The steps that skip one (non-tagged) field at ``version``."""
     if field.flexible is not None:
         flexible = version in field.flexible
     element = _element_steps(field, version, flexible)
@@ -95,13 +96,14 @@ def _struct_steps(fields: tuple[FieldSpec, ...], version: int, flexible: bool) -
     steps: list[Step] = []
     for f in fields:
         if f.present_in(version) and not f.tagged_in(version):
-            steps.extend(_field_steps(f, version, flexible))
+            steps.extend(plan_field(f, version, flexible))
     if flexible:
         steps.append((TAGS,))
-    return _merge_fixed(steps)
+    return merge_fixed(steps)
 
 
-def _merge_fixed(steps: list[Step]) -> Steps:
+def merge_fixed(steps: list[Step]) -> Steps:
+    """``steps`` with each run of fixed-width steps merged into one."""
     merged: list[Step] = []
     for step in steps:
         if step[0] == FIXED and merged and merged[-1][0] == FIXED:
@@ -150,7 +152,9 @@ def _uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
     raise InvalidValue("varint longer than 5 bytes")
 
 
-def _length(buf: memoryview, pos: int, end: int, compact: bool, wide: bool) -> tuple[int, int]:
+def length(buf: memoryview, pos: int, end: int, compact: bool, wide: bool) -> tuple[int, int]:
+    """A length prefix at ``pos`` (compact: uvarint N+1; else int32 if ``wide``, int16):
+    ``(length, position after it)``; -1 is null, other negatives are the caller's to refuse."""
     if compact:
         n, pos = _uvarint(buf, pos, end)
         return n - 1, pos
@@ -167,7 +171,7 @@ def _null(n: int, nullable: bool) -> bool:
     raise InvalidValue(f"invalid length {n}" if n != -1 else "null where not nullable")
 
 
-def _skip_tags(
+def skip_tags(
     buf: memoryview, pos: int, end: int, spans: dict[int, tuple[int, int]] | None = None
 ) -> int:
     """Walk a tagged section; return where it ends, noting each tag's value span in ``spans``."""
@@ -197,14 +201,14 @@ def walk(steps: Steps, buf: memoryview, pos: int, end: int) -> int:
                 raise Truncated(f"needed {size} byte(s), only {end - pos} left")
             pos += size
         elif op == BLOB:
-            n, pos = _length(buf, pos, end, step[1], step[2])
+            n, pos = length(buf, pos, end, step[1], step[2])
             if n < 0 and _null(n, step[3]):
                 continue
             if pos + n > end:
                 raise Truncated(f"needed {n} byte(s), only {end - pos} left")
             pos += n
         elif op == ARRAY:
-            n, pos = _length(buf, pos, end, step[1], True)
+            n, pos = length(buf, pos, end, step[1], True)
             if n < 0 and _null(n, step[2]):
                 continue
             if n > end - pos:
@@ -226,7 +230,7 @@ def walk(steps: Steps, buf: memoryview, pos: int, end: int) -> int:
             if marker < 0x80:
                 pos = walk(step[1], buf, pos, end)
         else:
-            pos = _skip_tags(buf, pos, end)
+            pos = skip_tags(buf, pos, end)
     return pos
 
 
@@ -263,7 +267,7 @@ def top_level_tags(
     pos = walk(steps[:-1], view, 0, end)
     start = pos
     tags: dict[int, tuple[int, int]] = {}
-    pos = _skip_tags(view, pos, end, tags)
+    pos = skip_tags(view, pos, end, tags)
     if pos != end:
         raise TrailingBytes(end - pos, f"{spec.name} v{version}")
     return TagSection(start, tags)
@@ -275,4 +279,4 @@ def response_header_size(data: bytes | bytearray | memoryview, header_version: i
     end = len(view)
     if end < 4:
         raise Truncated(f"needed 4 byte(s), only {end} left")
-    return 4 if header_version < 1 else _skip_tags(view, 4, end)
+    return 4 if header_version < 1 else skip_tags(view, 4, end)

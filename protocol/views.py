@@ -29,14 +29,29 @@ def snake_case(name: str) -> str:
     return _WORD.sub("_", name).lower()
 
 
-# Field list identity -> {snake name: Kafka name}; field tuples are module-level constants.
-_SNAKE_NAMES: dict[int, tuple[tuple[FieldSpec, ...], dict[str, str]]] = {}
+# How a field's value is wrapped (decided once per field, not per read).
+_PLAIN, _RECORDS, _STRUCT, _STRUCTS, _ARRAY = range(5)
+
+_Table = tuple[dict[str, tuple[FieldSpec, int]], dict[str, str]]
+# Field list identity -> (the list, {Kafka name: (spec, wrap kind)}, {snake name: Kafka
+# name}); field tuples are module-level constants, so this is built once per message
+# struct, not per view (observers read thousands of views a second).
+_TABLES: dict[int, tuple[tuple[FieldSpec, ...], _Table]] = {}
 
 
-def _snake_names(fields: tuple[FieldSpec, ...]) -> dict[str, str]:
-    entry = _SNAKE_NAMES.get(id(fields))
+def _kind(spec: FieldSpec) -> int:
+    if spec.element_type == "records" and not spec.is_array:
+        return _RECORDS
+    if spec.is_struct:
+        return _STRUCTS if spec.is_array else _STRUCT
+    return _ARRAY if spec.is_array else _PLAIN
+
+
+def _tables(fields: tuple[FieldSpec, ...]) -> _Table:
+    entry = _TABLES.get(id(fields))
     if entry is None or entry[0] is not fields:
-        entry = _SNAKE_NAMES[id(fields)] = (fields, {snake_case(f.name): f.name for f in fields})
+        by_name = {f.name: (f, _kind(f)) for f in fields}
+        entry = _TABLES[id(fields)] = (fields, (by_name, {snake_case(f.name): f.name for f in fields}))
     return entry[1]
 
 
@@ -82,8 +97,7 @@ class StructView(Mapping[str, Any]):
 
     def __init__(self, data: Mapping[str, Any], fields: tuple[FieldSpec, ...], version: int):
         self._data = data
-        self._fields = {f.name: f for f in fields}
-        self._snake = _snake_names(fields)
+        self._fields, self._snake = _tables(fields)
         self._version = version
 
     @property
@@ -91,13 +105,19 @@ class StructView(Mapping[str, Any]):
         """The message version the struct was decoded at."""
         return self._version
 
+    def present(self, name: str) -> bool:
+        """Whether field ``name`` exists at this version (others read as their defaults)."""
+        entry = self._fields.get(name)
+        return entry is not None and entry[0].present_in(self._version)
+
     def __getitem__(self, name: str) -> Any:
-        spec = self._fields.get(name)
-        if spec is None:
+        entry = self._fields.get(name)
+        if entry is None:
             raise KeyError(name)
+        spec, kind = entry
         if spec.present_in(self._version) and name in self._data:
-            return _wrap(self._data[name], spec, self._version)
-        return _wrap(field_default(spec, self._version), spec, self._version)
+            return _wrap(self._data[name], spec, kind, self._version)
+        return _wrap(field_default(spec, self._version), spec, kind, self._version)
 
     def __getattr__(self, snake: str) -> Any:
         if snake.startswith("_"):  # slots not yet set (copy, pickle): no recursion
@@ -122,18 +142,18 @@ class StructView(Mapping[str, Any]):
         return {name: _plain(self[name]) for name in self._fields}
 
 
-def _wrap(value: Any, spec: FieldSpec, version: int) -> Any:
-    if spec.element_type == "records" and not spec.is_array:
+def _wrap(value: Any, spec: FieldSpec, kind: int, version: int) -> Any:
+    if kind == _PLAIN:
+        return value
+    if kind == _RECORDS:
         return RecordsView(value)
     if value is None:
         return None
-    if spec.is_struct:
-        if spec.is_array:
-            return tuple(StructView(v, spec.fields, version) for v in value)
+    if kind == _STRUCTS:
+        return tuple(StructView(v, spec.fields, version) for v in value)
+    if kind == _STRUCT:
         return StructView(value, spec.fields, version)
-    if spec.is_array:
-        return tuple(value)
-    return value
+    return tuple(value)
 
 
 def _plain(value: Any) -> Any:

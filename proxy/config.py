@@ -209,6 +209,49 @@ def parse_ip_counts(key: str, value: str) -> dict[str, int]:
     return result
 
 
+#: SASL mechanisms the sidecar can terminate.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def parse_mechanisms(key: str, value: str) -> tuple[str, ...]:
+    """``PLAIN,SCRAM-SHA-256`` → the mechanism names (upper case, no repeats)."""
+    names: list[str] = []
+    for item in (part.strip().upper() for part in value.split(",")):
+        if not item:
+            continue
+        if item not in SASL_MECHANISMS:
+            raise ConfigError(
+                f"{key}={value!r}: {item!r} is not supported (allowed: {', '.join(SASL_MECHANISMS)})"
+            )
+        if item not in names:
+            names.append(item)
+    if not names:
+        raise ConfigError(f"{key}={value!r}: name at least one of {', '.join(SASL_MECHANISMS)}")
+    return tuple(names)
+
+
+def _optional_mechanism(key: str, value: str) -> str:
+    if not value.strip():
+        return ""
+    names = parse_mechanisms(key, value)
+    if len(names) != 1:
+        raise ConfigError(f"{key}={value!r}: name one mechanism")
+    return names[0]
+
+
+def parse_principals(key: str, value: str) -> frozenset[str]:
+    """``User:alice;User:bob`` → the principals (Kafka separates ``super.users`` with ``;``)."""
+    result: set[str] = set()
+    for item in (part.strip() for part in value.split(";")):
+        if not item:
+            continue
+        kind, sep, name = item.partition(":")
+        if not sep or kind != "User" or not name:
+            raise ConfigError(f"{key}={value!r}: {item!r} is not User:<name>")
+        result.add(item)
+    return frozenset(result)
+
+
 _NO_LIMIT = "2147483647"
 
 
@@ -338,8 +381,96 @@ KEYS: tuple[Key, ...] = (
     Key("sidecar.ip.connection.creation.rate.overrides", "map", "",
         "Per-IP quotas from config, `ip:rate,...` (ZooKeeper's `/config/ips/<ip>` wins).",
         parse_ip_counts, "ip:rate[,...]"),
+    Key("sidecar.sasl.mode", "enum", "terminate",
+        "Who authenticates clients on SASL_PLAINTEXT/SASL_SSL listeners: `terminate` (the "
+        "sidecar answers SaslHandshake/SaslAuthenticate itself, then forwards over its own "
+        "link, and answers Describe/AlterUserScramCredentials) or `passthrough` (the broker "
+        "does; the exchange is forwarded untouched and the principal read from it).",
+        _choice("terminate", "passthrough"), "terminate|passthrough"),
+    Key("sasl.enabled.mechanisms", "list", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "Mechanisms a terminating SASL listener offers (Kafka's key; per listener: "
+        "`listener.name.<l>.sasl.enabled.mechanisms`). SCRAM credentials live in ZooKeeper "
+        "(`/config/users/<user>`), PLAIN users in `sidecar.sasl.plain.users.file`.",
+        parse_mechanisms, "comma-separated subset of " + ",".join(SASL_MECHANISMS)),
+    Key("sidecar.sasl.plain.users.file", "path", "",
+        "PLAIN users: a file of salted PBKDF2 hashes (`ksidecar users add NAME --plain-file "
+        "FILE`); re-read when its size or modification time changes. Empty: no PLAIN users.",
+        _str),
+    Key("connections.max.reauth.ms", "int", "0",
+        "KIP-368: session lifetime sent in SaslAuthenticate answers; a connection whose session "
+        "expired is closed at its next request unless it re-authenticates. 0: sessions never "
+        "expire.", _int(0), ">= 0"),
+    Key("connection.failed.authentication.delay.ms", "int", "100",
+        "KIP-306: after a failed authentication the error answer goes out and the connection "
+        "closes this much later (slows password guessing; lets clients read the answer).",
+        _int(0), ">= 0"),
+    Key("super.users", "list", "",
+        "Principals (`User:alice;User:bob`, Kafka's form) allowed to describe and alter SCRAM "
+        "credentials over the wire (DescribeUserScramCredentials/AlterUserScramCredentials). "
+        "`User:ANONYMOUS` admits unauthenticated listeners. Empty: only `ksidecar users`.",
+        parse_principals, "User:<name>[;...]"),
+    Key("sidecar.upstream.sasl.mechanism", "enum", "",
+        "How the control connection authenticates to a broker that requires SASL (passthrough "
+        "mode): empty (not at all), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+        _optional_mechanism, "empty|" + "|".join(SASL_MECHANISMS)),
+    Key("sidecar.upstream.sasl.username", "string", "",
+        "User of the control connection (`sidecar.upstream.sasl.mechanism`).", _str),
+    Key("sidecar.upstream.sasl.password", "password", "",
+        "Password of the control connection's user (never logged).", _str),
     Key("sidecar.log.level", "enum", "info", "Log level.",
         _choice("debug", "info", "warning", "error"), "debug|info|warning|error"),
+    # Observers (KIP-388; docs/observers.md). Observers also get every other observer.* key.
+    Key("observer.class.names", "list", "",
+        "Observers to load, comma-separated: a built-in name (`audit`, `prometheus`), an import "
+        "path (`observers.audit.AuditObserver`, `pkg.mod:Class`) or a name in the "
+        "`ksidecar.observers` entry-point group. Each is constructed with no arguments, "
+        "configured with the `observer.*` keys and closed on shutdown. Empty: none (free).",
+        _str, "name[,...]"),
+    Key("observer.close.timeout.ms", "int", "10000",
+        "On shutdown, how long observers may take to drain their queues and close (the audit "
+        "observer writes its last files then).", _int(0), ">= 0"),
+    Key("observer.queue.capacity", "int", "10000",
+        "Exchanges waiting for one observer before new ones are dropped (counted in "
+        "`ksidecar_observer_dropped_total`). Per observer: `observer.<name>.queue.capacity`.",
+        _int(1), ">= 1"),
+    Key("observer.overflow", "enum", "drop",
+        "What a full observer queue does: `drop` (the exchange, counted) or `block` (the "
+        "connection waits for room up to `observer.block.max.ms`: backpressure, then drop). "
+        "Per observer: `observer.<name>.overflow`.", _choice("drop", "block"), "drop|block"),
+    Key("observer.block.max.ms", "int", "5000",
+        "With `overflow=block`, the longest a connection waits for room before dropping. Per "
+        "observer: `observer.<name>.block.max.ms`.", _int(0), ">= 0"),
+    Key("observer.audit.dir", "path", "",
+        "Where the audit observer writes Parquet (`dt=YYYY-MM-DD/hour=HH/part-*.parquet`); "
+        "required when it is on.", _str),
+    Key("observer.audit.flush.interval.ms", "int", "1000",
+        "How often buffered audit rows are appended to disk (a journal that survives a killed "
+        "process): a SIGKILL loses at most this long's rows.", _int(1), ">= 1"),
+    Key("observer.audit.roll.rows", "int", "1000000",
+        "Rows after which an audit file is completed (made visible).", _int(1), ">= 1"),
+    Key("observer.audit.roll.bytes", "int", "134217728",
+        "Buffered (Arrow) bytes after which an audit file is completed; Parquet files come out "
+        "smaller.", _int(1), ">= 1"),
+    Key("observer.audit.roll.ms", "int", "300000",
+        "Age after which an audit file is completed even if small.", _int(1), ">= 1"),
+    Key("observer.audit.queue.capacity", "int", "",
+        "Queue of the audit observer. Empty: `observer.queue.capacity`.",
+        lambda k, v: _int(1)(k, v) if v.strip() else None, ">= 1 or empty"),
+    Key("observer.audit.overflow", "enum", "",
+        "`drop` or `block` for the audit observer (block: no audit row is lost to a full "
+        "queue while the audit keeps up within `observer.audit.block.max.ms`). Empty: "
+        "`observer.overflow`.",
+        lambda k, v: _choice("drop", "block")(k, v) if v.strip() else None, "drop|block or empty"),
+    Key("observer.audit.block.max.ms", "int", "",
+        "With `observer.audit.overflow=block`, the longest wait for room. Empty: "
+        "`observer.block.max.ms`.", lambda k, v: _int(0)(k, v) if v.strip() else None,
+        ">= 0 or empty"),
+    Key("observer.prometheus.max.topics", "int", "1000",
+        "Distinct topic label values of `ksidecar_observed_*`; later topics count as `other`.",
+        _int(0), ">= 0"),
+    Key("observer.prometheus.max.principals", "int", "100",
+        "Distinct principal label values of `ksidecar_observed_*`; later ones count as `other`.",
+        _int(0), ">= 0"),
 )
 
 _BY_NAME = {k.name: k for k in KEYS}
@@ -351,6 +482,7 @@ LISTENER_KEYS = (
     "ssl.key.password",
     "ssl.truststore.location",
     "ssl.client.auth",
+    "sasl.enabled.mechanisms",
 )
 
 
@@ -450,6 +582,20 @@ def _cross_check(values: dict[str, Any]) -> None:
         raise ConfigError("sidecar.address.mapping=static needs sidecar.address.map (id=host:port,...)")
     if values["sidecar.address.mapping"] == "zookeeper" and not values["zookeeper.connect"]:
         raise ConfigError("sidecar.address.mapping=zookeeper needs zookeeper.connect")
+    if values["sidecar.upstream.sasl.mechanism"] and not values["sidecar.upstream.sasl.username"]:
+        raise ConfigError("sidecar.upstream.sasl.mechanism is set but sidecar.upstream.sasl.username is empty")
+
+
+def observer_entries(config: SidecarConfig) -> dict[str, str]:
+    """What observers are configured with: every ``observer.*`` key as a string, the
+    documented ones (validated above) with their defaults, empty ones left out."""
+    entries = {
+        key.name: config.raw.get(key.name, key.default or "").strip()
+        for key in KEYS
+        if key.name.startswith("observer.")
+    }
+    entries.update(config.observer)
+    return {k: v for k, v in entries.items() if v}
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:

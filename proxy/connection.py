@@ -29,9 +29,10 @@ responses are only scanned, never decoded, unless they name brokers
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
@@ -43,6 +44,7 @@ from proxy.router import Decision
 from proxy.upstream import UpstreamError
 
 if TYPE_CHECKING:
+    from proxy.handlers.sasl import SaslGate
     from proxy.metrics import ApiMetrics
     from proxy.server import Sidecar
 
@@ -58,6 +60,11 @@ UPSTREAM_RECEIVE_SIZE = 262144
 HEADER_VIEW = 65536
 #: acks=0 Produce requests remembered per connection in case the broker answers them.
 MAX_SILENT_PRODUCES = 1024
+#: How often a connection held up by a blocking observer looks again for room (seconds).
+BLOCKED_POLL = 0.001
+#: Requests whose bodies carry secrets (SaslAuthenticate: a PLAIN password or SCRAM proof;
+#: AlterUserScramCredentials: salted passwords): observers get their header facts only.
+SECRET_REQUESTS = frozenset({36, 51})
 
 
 class ConnectionClosed(Exception):
@@ -80,6 +87,8 @@ class Slot:
     forwarded_at: float = 0.0
     answered_at: float = 0.0
     local: bool = False
+    #: The request frame, kept for observers until the exchange completes (else ``None``).
+    request: bytes | memoryview | None = None
 
 
 @dataclass
@@ -110,12 +119,17 @@ class Connection:
         self.peer = peer
         #: Who the client is: ``User:<name>`` once SASL authenticated it, else anonymous.
         self.principal = "User:ANONYMOUS"
+        hub = sidecar.observers
+        #: The hand-off to observers (KIP-388); ``None`` when there are none: no cost.
+        self.tap = hub.tap(listener, peer[0], peer[1], sidecar.broker_id) if hub is not None else None
         config = sidecar.config
         self.max_in_flight: int = config["sidecar.max.in.flight.requests.per.connection"]
         self.max_buffered: int = config["sidecar.max.buffered.bytes.per.connection"]
         self.idle_timeout: float = config["connections.max.idle.ms"] / 1000
         self.tracker = CorrelationTracker(sidecar.registry)
         self.router = sidecar.router_for(listener)
+        #: The SASL gate on SASL listeners (:mod:`proxy.handlers.sasl`), else ``None``.
+        self.sasl: SaslGate | None = self.router.sasl_gate(self)
         self.slots: deque[Slot] = deque()
         self.upstream_slots: deque[Slot] = deque()
         # Produce requests with acks=0 sent upstream, as (correlation id, responses the
@@ -152,6 +166,8 @@ class Connection:
         except BaseExceptionGroup as group:
             reason, detail = _reason_of(group)
         finally:
+            if self.tap is not None:
+                self._observe_unanswered()
             if upstream is not None:
                 await trio.aclose_forcefully(upstream)
             await trio.aclose_forcefully(self.client)
@@ -221,6 +237,29 @@ class Connection:
                 continue
             raise ConnectionClosed("idle", f"no request for {self.idle_timeout:g}s")
 
+    async def close_when_answered(
+        self,
+        parts: list[bytes | memoryview],
+        upstream: trio.abc.Stream,
+        reason: str,
+        detail: str,
+        timeout: float,
+        linger: float = 0.0,
+    ) -> NoReturn:
+        """Deliver every answer owed (up to ``timeout``), wait ``linger``, then end the connection.
+
+        A refused SASL client gets its error answer before the connection closes, as
+        Kafka does; requests gathered for the broker are sent first, so their answers
+        (which come earlier in order) can arrive.
+        """
+        await self._send_upstream(upstream, parts)
+        with trio.move_on_after(timeout):
+            while self.slots:
+                self._wake_reader = trio.Event()
+                await self._wake_reader.wait()
+        await trio.sleep(linger)
+        raise ConnectionClosed(reason, detail)
+
     async def _finish_after_eof(self, scope: trio.CancelScope) -> None:
         # The client closed its side: answers cannot be delivered, so stop everything.
         scope.cancel()
@@ -229,6 +268,8 @@ class Connection:
         return len(self.slots) >= self.max_in_flight or self.ready_bytes > self.max_buffered
 
     async def _wait_for_capacity(self) -> None:
+        if self.tap is not None and self.tap.blocked:
+            await self._wait_for_observers()
         while self._at_capacity():
             self._wake_reader = trio.Event()
             await self._wake_reader.wait()
@@ -236,6 +277,8 @@ class Connection:
     async def _on_request(
         self, frame: memoryview, parts: list[bytes | memoryview], upstream: trio.abc.Stream
     ) -> None:
+        if self.sasl is not None and await self.sasl.intercept(frame, parts, upstream):
+            return  # a SASL exchange the sidecar answers itself (or refused: it raised)
         sidecar = self.sidecar
         metrics = sidecar.metrics
         body = frame[4:]
@@ -272,7 +315,7 @@ class Connection:
                 )
             # KIP-35 draft: a response holding only the correlation id, connection kept.
             response = size_prefix(4) + header.correlation_id.to_bytes(4, "big", signed=True)
-            self._answer_locally(record, api, response, now)
+            self._answer_locally(record, api, response, now, frame)
             return
         try:
             version, response_body = await self.router.answer(header, body[header.size :], self)
@@ -283,7 +326,7 @@ class Connection:
         response = size_prefix(len(head) + len(response_body)) + head + response_body
         api.local.inc()
         self.stats.local += 1
-        self._answer_locally(record, api, response, now)
+        self._answer_locally(record, api, response, now, frame)
 
     def _classify(self, body: memoryview) -> InFlight:
         """The tracker's reading of a request, from a bounded view of a large frame.
@@ -313,14 +356,23 @@ class Connection:
         self.tracker.expect(record)
         if record.expects_response:
             slot = Slot(record, api, now, forwarded_at=now)
+            if self.tap is not None:
+                slot.request = frame
             self.slots.append(slot)
             self.upstream_slots.append(slot)
             self.upstream_expected += 1
         elif record.header is not None:  # Produce with acks=0
             self.silent_produces.append((record.header.correlation_id, self.upstream_expected))
+            if self.tap is not None:  # no response will come: the exchange is complete
+                self._observe(Slot(record, api, now, forwarded_at=now, request=frame), None, now)
 
-    def _answer_locally(self, record: InFlight, api: ApiMetrics, response: bytes, now: float) -> None:
+    def _answer_locally(
+        self, record: InFlight, api: ApiMetrics, response: bytes, now: float,
+        frame: memoryview | None = None,
+    ) -> None:
         slot = Slot(record, api, now, data=response, answered_at=now, local=True)
+        if self.tap is not None:
+            slot.request = frame
         self.slots.append(slot)
         self.ready_bytes += len(response)
         self._wake_writer.set()
@@ -377,6 +429,8 @@ class Connection:
             record = self.tracker.on_response(view)
         except ProtocolError as exc:
             raise ConnectionClosed("correlation_mismatch", str(exc)) from None
+        if self.sasl is not None:
+            self.sasl.on_response(record, view)  # passthrough: did the broker accept a login?
         self.upstream_answered += 1
         slot = self.upstream_slots.popleft()
         assert slot.record is record
@@ -447,13 +501,49 @@ class Connection:
                     if not slot.local:
                         api.upstream_latency.observe(upstream_time)
                     api.sidecar_latency.observe(max(0.0, now - slot.received_at - upstream_time))
+                    if self.tap is not None:
+                        self._observe(slot, slot.data, now)
                     slot.data = None
                 self.stats.responses += len(done)
+                if self.tap is not None and self.tap.blocked:
+                    await self._wait_for_observers()
                 self._wake_reader.set()
                 continue
             if not self._reading and not self.slots:
                 raise ConnectionClosed("drained")
             await self._wake_writer.wait()
+
+    # -- observers (KIP-388) -------------------------------------------------------------
+
+    def _observe(self, slot: Slot, response: bytes | memoryview | None, now: float) -> None:
+        """Hand a complete exchange to the observers (``response``: as sent, or ``None``)."""
+        record = slot.record
+        if record.header is None or self.tap is None:
+            return  # a raw SASL token is not a Kafka request
+        elapsed = now - slot.received_at
+        frame = slot.request
+        size = len(frame) if frame is not None else 0
+        if record.header.api_key in SECRET_REQUESTS:
+            frame = None  # no secret ever reaches an observer (passthrough forwards them)
+        self.tap.completed(
+            record.header, record.response_header_version, self.principal, frame,
+            size, time.time() - elapsed,
+            record.expects_response, slot.local, response, elapsed,
+            slot.answered_at - slot.forwarded_at,
+        )
+        slot.request = None
+
+    def _observe_unanswered(self) -> None:
+        """The connection ended: requests it never answered are complete, with no response."""
+        now = trio.current_time()
+        for slot in self.slots:
+            self._observe(slot, None, now)
+
+    async def _wait_for_observers(self) -> None:
+        """Backpressure from an observer with ``overflow=block``: wait until it has room."""
+        assert self.tap is not None
+        while not self.tap.retry():
+            await trio.sleep(BLOCKED_POLL)
 
 
 def _reason_of(group: BaseExceptionGroup[BaseException]) -> tuple[str, str]:

@@ -27,10 +27,11 @@ from proxy.connection import Connection
 from proxy.handlers.broker_metadata import BrokerEntry, builtin_tags
 from proxy.http import serve_http
 from proxy.metrics import SidecarMetrics
+from proxy.observing import load_hub, run_hub
 from proxy.quota_metrics import register_quota_metrics
 from proxy.router import Router
 from proxy.tls import listener_ssl_context, upstream_ssl_context
-from proxy.upstream import Upstream
+from proxy.upstream import Upstream, upstream_login
 from quotas.admin import effective_rate
 from quotas.gate import AcceptGate, GateConfig, limit
 from quotas.rate import RateConfig
@@ -76,6 +77,7 @@ class Sidecar:
             ssl_context=upstream_ssl_context(config),
             connect_timeout=config["sidecar.upstream.connect.timeout.ms"] / 1000,
             registry=self.registry,
+            login=upstream_login(config),
         )
         self.registered = RegisteredAddressBook()
         self.address_book: AddressBook = self.registered  # replaced in serve() once bound
@@ -91,6 +93,8 @@ class Sidecar:
         self.ip_quotas: dict[str | None, float] = {}
         self._slot_freed = trio.Event()
         register_quota_metrics(self)
+        #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
+        self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id)
 
     # -- identity ----------------------------------------------------------------------
 
@@ -209,6 +213,10 @@ class Sidecar:
             for endpoint, sockets in listeners:
                 nursery.start_soon(self._accept, endpoint, sockets)
             nursery.start_soon(self._expire_ip_sensors)
+            if self.observers is not None:
+                nursery.start_soon(
+                    run_hub, self.observers, self.config["observer.close.timeout.ms"] / 1000
+                )
             log.info(
                 "sidecar broker.id=%d listening on %s, upstream %s%s", self.broker_id,
                 ", ".join(f"{n}://{a}" for n, a in self.bound.items()), self.upstream.address,

@@ -172,3 +172,12 @@ def test_garbage_raises_only_protocol_errors(raw: bytes, version: int) -> None:
 def test_records_garbage_raises_only_protocol_errors(batch: bytes) -> None:
     with contextlib.suppress(ProtocolError):
         RecordsView(batch).record_count  # noqa: B018
+
+
+def test_present_says_whether_a_field_exists_at_the_view_version() -> None:
+    api = DEFAULT_REGISTRY.api(3)  # Metadata: a top-level ErrorCode from v13 only
+    old = view_of(api.response, 12, encode(api.response, 12, {}))
+    new = view_of(api.response, 13, encode(api.response, 13, {"ErrorCode": 5}))
+    assert not old.present("ErrorCode") and old["ErrorCode"] == 0
+    assert new.present("ErrorCode") and new["ErrorCode"] == 5
+    assert not new.present("NoSuchField")

@@ -1,0 +1,130 @@
+"""Who moved how much: per topic-partition bytes and records of Produce and Fetch frames.
+
+Shared by the audit and the Prometheus observer, which read raw exchanges
+(:mod:`observers.api`): the few fields they need are picked from the bodies
+(:class:`protocol.pick.Picker`), never decoded whole. Record counts come from the batch
+headers (:func:`protocol.records.count_records`: v2 batches carry their count, legacy
+message sets are walked). Produce v13+ and Fetch v13+ name topics by id (KIP-516);
+:class:`TopicNames` maps ids to names from the Metadata responses the observer sees, and
+an id it has not seen stays in its text form.
+
+Every function here raises :class:`~protocol.errors.ProtocolError` on a body that is not
+a message of its version (the decoder would refuse it too: :mod:`protocol.pick`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, NamedTuple
+
+from protocol.apis import DEFAULT_REGISTRY
+from protocol.errors import ProtocolError
+from protocol.pick import Picker
+from protocol.records import count_records
+
+#: Topic ids remembered per observer (each Metadata response may teach new ones).
+MAX_TOPIC_IDS = 100_000
+_NULL_ID = uuid.UUID(int=0)
+
+PRODUCE_REQUEST = Picker(DEFAULT_REGISTRY.api(0).request, {
+    "Acks": None,
+    "TopicData": {"Name": None, "TopicId": None, "PartitionData": {"Index": None, "Records": None}},
+})  # fmt: skip
+PRODUCE_RESPONSE = Picker(DEFAULT_REGISTRY.api(0).response, {
+    "Responses": {"Name": None, "TopicId": None,
+                  "PartitionResponses": {"Index": None, "ErrorCode": None}},
+})  # fmt: skip
+FETCH_RESPONSE = Picker(DEFAULT_REGISTRY.api(1).response, {
+    "Responses": {"Topic": None, "TopicId": None,
+                  "Partitions": {"PartitionIndex": None, "ErrorCode": None, "Records": None}},
+})  # fmt: skip
+METADATA_RESPONSE = Picker(DEFAULT_REGISTRY.api(3).response, {"Topics": {"Name": None, "TopicId": None}})
+
+
+class PartitionTraffic(NamedTuple):
+    """One topic-partition of a Produce request or a Fetch response."""
+
+    topic: str | None
+    partition: int
+    #: Bytes of the ``records`` field (0 when null).
+    bytes: int
+    #: Records in complete batches; ``None`` when the batches could not be read.
+    records: int | None
+    #: The partition's error from the response; ``None`` when there was no response.
+    error_code: int | None
+
+
+class TopicNames:
+    """Topic id → name, learned from Metadata responses (v10+ carry both)."""
+
+    def __init__(self) -> None:
+        self._names: dict[uuid.UUID, str] = {}
+
+    def learn(self, version: int, metadata_response: memoryview) -> None:
+        """Remember every (id, name) pair a Metadata response body holds."""
+        (topics,) = METADATA_RESPONSE.pick(version, metadata_response)
+        for name, topic_id in topics:
+            known = topic_id != _NULL_ID
+            if name and known and (topic_id in self._names or len(self._names) < MAX_TOPIC_IDS):
+                self._names[topic_id] = name
+
+    def name(self, name: str | None, topic_id: uuid.UUID) -> str | None:
+        """A topic's name: ``name`` if set, else its id mapped, else the id as text."""
+        if name:
+            return name
+        if topic_id != _NULL_ID:
+            return self._names.get(topic_id, str(topic_id))
+        return name
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _records(body: memoryview, span: tuple[int, int] | None) -> tuple[int, int | None]:
+    """Bytes and records of a records field at ``span`` of ``body`` (null: 0 and 0)."""
+    if span is None:
+        return 0, 0
+    start, end = span
+    try:
+        return end - start, count_records(body[start:end])
+    except ProtocolError:  # bytes no broker would accept or send: size known, count not
+        return end - start, None
+
+
+def produce_traffic(
+    version: int, request: memoryview, response: memoryview | None, names: TopicNames
+) -> tuple[int, list[PartitionTraffic]]:
+    """A Produce request's ``acks``, and one entry per topic-partition it carries with
+    the response's error for it (``None`` without a response, or when the response
+    cannot be read)."""
+    acks, topics = PRODUCE_REQUEST.pick(version, request)
+    errors: dict[tuple[Any, int], int] = {}
+    if response is not None:
+        try:
+            (answered,) = PRODUCE_RESPONSE.pick(version, response)
+        except ProtocolError:
+            answered = []
+        for name, topic_id, partitions in answered:
+            key = name or topic_id
+            for index, error in partitions:
+                errors[(key, index)] = error
+    out: list[PartitionTraffic] = []
+    for name, topic_id, partitions in topics:
+        key = name or topic_id
+        topic = names.name(name, topic_id)
+        for index, span in partitions:
+            size, records = _records(request, span)
+            out.append(PartitionTraffic(topic, index, size, records, errors.get((key, index))))
+    return acks, out
+
+
+def fetch_traffic(version: int, response: memoryview, names: TopicNames) -> list[PartitionTraffic]:
+    """One entry per topic-partition of a Fetch response body (what the client received)."""
+    (topics,) = FETCH_RESPONSE.pick(version, response)
+    out: list[PartitionTraffic] = []
+    for name, topic_id, partitions in topics:
+        topic = names.name(name, topic_id)
+        for index, error, span in partitions:
+            size, records = _records(response, span)
+            out.append(PartitionTraffic(topic, index, size, records, error))
+    return out
