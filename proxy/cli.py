@@ -1,8 +1,10 @@
 """The ``ksidecar`` command.
 
 ``ksidecar run --config sidecar.properties [--set key=value ...]`` runs a sidecar;
-``ksidecar demo`` runs the end-to-end demo; ``ksidecar quotas`` describes and alters
-per-IP connection quotas over the wire (see :mod:`proxy.quotas_cli`).
+``ksidecar demo`` runs the end-to-end demo; ``ksidecar audit report --audit PATH --out DIR``
+runs the PySpark audit jobs and writes an HTML report (see :mod:`spark_jobs.report`);
+``ksidecar quotas`` describes and alters per-IP connection quotas over the wire (see :mod:`proxy.quotas_cli`); ``ksidecar users``
+adds, deletes and lists SASL users (see :mod:`proxy.users_cli`).
 Exit codes: 0 on a clean stop (SIGTERM/SIGINT after draining), 2 for a configuration
 error (the message names the key), 1 for anything else.
 """
@@ -16,9 +18,10 @@ import sys
 
 import trio
 
-from proxy import quotas_cli
+from proxy import quotas_cli, users_cli
 from proxy.config import ConfigError, SidecarConfig, load_config
 from proxy.properties import PropertiesError
+from spark_jobs import options as audit_options
 
 log = logging.getLogger("ksidecar")
 
@@ -59,9 +62,17 @@ def main(argv: list[str] | None = None) -> int:
                      help="override one key (repeatable)")
     sub.add_parser("demo", help="run the end-to-end demo on loopback")
     quotas_cli.add_parser(sub)
+    users_cli.add_parser(sub)
+    audit_options.add_audit_command(sub)
     args = parser.parse_args(argv)
     if args.command == "quotas":
         return quotas_cli.run(args)
+    if args.command == "users":
+        return users_cli.run(args)
+    if args.command == "audit":
+        from spark_jobs import report  # loads pyspark: only for this command
+
+        return report.main_from_args(args)
     if args.command == "demo":
         from proxy import demo
 

@@ -1,0 +1,231 @@
+"""What every audit job shares: the session, reading the audit, writing outputs, the main.
+
+A job is a module with ``extract(spark, args) -> DataFrame``, one or more pure
+``transform``-style functions, ``load(..., out)``, ``run(spark, args)`` and ``main(argv)``;
+:func:`job_main` gives each the same command line (:mod:`spark_jobs.options`) and session
+handling, so a job runs unchanged as ``python -m spark_jobs.<job>`` (a ``local[*]``
+session) and under ``spark-submit`` (the session ``spark-submit`` configured). Paths are
+strings, never :class:`pathlib.Path`, so any Hadoop-compatible URI (``hdfs://``,
+``s3a://``, ``file:/``) works.
+
+Only pyspark, :mod:`observers.audit_schema` (pyarrow) and this package are imported: on a
+cluster those are all there is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from observers.audit_schema import AUDIT_SCHEMA, FETCH_KEY, PARTITION_COLUMNS, PRODUCE_KEY
+from spark_jobs import options
+
+LOCAL_CONF: dict[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    # The outputs are small aggregates: a few shuffle partitions are plenty on one machine.
+    "spark.sql.shuffle.partitions": "8",
+}
+"""Extra settings for a session this module starts itself (not under spark-submit)."""
+
+JOB_CONF: dict[str, str] = {
+    # Hours and days are UTC everywhere: the partition paths are, and so are the outputs.
+    "spark.sql.session.timeZone": "UTC",
+}
+"""Settings every job needs, local or on a cluster."""
+
+#: Identifies one request across the audit (request ids restart with each sidecar run).
+REQUEST_KEY = ("sidecar_broker_id", "request_id", "time")
+
+_ARROW_TO_SPARK: dict[pa.DataType, T.DataType] = {
+    pa.bool_(): T.BooleanType(),
+    pa.int16(): T.ShortType(),
+    pa.int32(): T.IntegerType(),
+    pa.int64(): T.LongType(),
+    pa.string(): T.StringType(),
+}
+
+
+def _spark_type(dtype: pa.DataType) -> T.DataType:
+    if pa.types.is_timestamp(dtype):
+        return T.TimestampType()
+    try:
+        return _ARROW_TO_SPARK[dtype]
+    except KeyError:
+        raise TypeError(f"no Spark type for audit column type {dtype}") from None
+
+
+def spark_schema(*, partitions: bool = True) -> T.StructType:
+    """The audit schema as Spark sees it: :data:`~observers.audit_schema.AUDIT_SCHEMA`, plus
+    the Hive partition columns (strings, as in the paths) unless ``partitions`` is false."""
+    fields = [
+        T.StructField(f.name, _spark_type(f.type), nullable=f.nullable) for f in AUDIT_SCHEMA
+    ]
+    if partitions:
+        fields += [T.StructField(p, T.StringType(), nullable=False) for p in PARTITION_COLUMNS]
+    return T.StructType(fields)
+
+
+def session(app_name: str) -> SparkSession:
+    """The job's SparkSession: under ``spark-submit`` the one it configured, else ``local[*]``.
+
+    ``spark-submit`` starts the Python driver with ``PYSPARK_GATEWAY_PORT`` set; then master
+    and resources are the submitter's business and only :data:`JOB_CONF` is added.
+    """
+    builder = SparkSession.builder.appName(app_name)
+    conf = dict(JOB_CONF)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master("local[*]")
+        conf.update(LOCAL_CONF)
+        # Spark picks a non-loopback address (and warns) unless told.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark: SparkSession = builder.getOrCreate()
+    return spark
+
+
+def time_range(df: DataFrame, since: datetime | None, until: datetime | None) -> DataFrame:
+    """Rows with ``since <= time < until`` (either bound optional).
+
+    The bounds are also stated on the partition columns, so Spark lists and reads only the
+    ``dt=…/hour=…`` directories that can hold matching rows.
+    """
+    day, hour = F.col(PARTITION_COLUMNS[0]), F.col(PARTITION_COLUMNS[1])
+    if since is not None:
+        d, h = since.strftime("%Y-%m-%d"), since.strftime("%H")
+        df = df.where((day > d) | ((day == d) & (hour >= h))).where(F.col("time") >= F.lit(since))
+    if until is not None:
+        d, h = until.strftime("%Y-%m-%d"), until.strftime("%H")
+        df = df.where((day < d) | ((day == d) & (hour <= h))).where(F.col("time") < F.lit(until))
+    return df
+
+
+def read_audit(
+    spark: SparkSession,
+    path: str,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    sidecars: Sequence[int] | None = None,
+) -> DataFrame:
+    """The audit rows under ``path`` in ``[since, until)``, seen by ``sidecars`` (all if None).
+
+    The schema is given, not inferred (partition columns stay strings, e.g. ``hour=05``), and
+    ``basePath`` makes ``dt``/``hour`` columns even when ``path`` names one partition.
+    """
+    df = spark.read.schema(spark_schema()).option("basePath", path).parquet(path)
+    df = time_range(df, since, until)
+    if sidecars:
+        df = df.where(F.col("sidecar_broker_id").isin(list(sidecars)))
+    return df
+
+
+def extract_audit(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """:func:`read_audit` with the common options (:func:`spark_jobs.options.add_common`)."""
+    return read_audit(spark, args.audit, since=args.since, until=args.until, sidecars=args.sidecars)
+
+
+def hour_of(column: str = "time") -> Column:
+    """The start of the UTC hour of a timestamp column."""
+    return F.date_trunc("hour", F.col(column))
+
+
+def is_produce() -> Column:
+    """Produce rows that name a topic-partition (bytes in)."""
+    return (F.col("api_key") == PRODUCE_KEY) & F.col("topic").isNotNull()
+
+
+def is_fetch() -> Column:
+    """Fetch rows that name a topic-partition (bytes out)."""
+    return (F.col("api_key") == FETCH_KEY) & F.col("topic").isNotNull()
+
+
+def sum_where(condition: Column, value: str) -> Column:
+    """Sum of ``value`` over the rows meeting ``condition``; 0 (not null) when there are none."""
+    return F.coalesce(F.sum(F.when(condition, F.col(value))), F.lit(0)).cast("long")
+
+
+def count_where(condition: Column) -> Column:
+    """How many rows meet ``condition``."""
+    return F.count(F.when(condition, F.lit(1))).cast("long")
+
+
+def ratio(numerator: Column, denominator: Column) -> Column:
+    """``numerator / denominator`` as a double; null when the denominator is 0."""
+    return F.when(denominator != 0, numerator.cast("double") / denominator)
+
+
+def _one_partition(df: DataFrame, order: Sequence[str | Column]) -> DataFrame:
+    one = df.repartition(1)
+    return one.sortWithinPartitions(*order) if order else one
+
+
+def write_table(df: DataFrame, uri: str, order: Sequence[str | Column] = ()) -> None:
+    """Write ``df`` as one Parquet file under directory ``uri`` (replaced), sorted by ``order``.
+
+    For aggregated outputs: one file is what a person (or the report) wants to open. One
+    more (small) shuffle gathers the rows, where ``coalesce(1)`` would run the aggregation
+    itself in a single task.
+    """
+    _one_partition(df, order).write.mode("overwrite").parquet(uri)
+
+
+def write_csv(df: DataFrame, uri: str, order: Sequence[str | Column] = ()) -> None:
+    """Write ``df`` as the single CSV file ``uri`` (with a header row), through Hadoop's
+    FileSystem, so ``uri`` may be any Hadoop-compatible path.
+
+    Spark writes a directory of part files; it is written next to ``uri`` and its one part
+    file renamed to ``uri``, replacing any file there.
+    """
+    staging = uri.rstrip("/") + ".parts"
+    _one_partition(df, order).write.mode("overwrite").option("header", "true").csv(staging)
+    spark = df.sparkSession
+    jvm: Any = spark.sparkContext._jvm
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    staging_path = jvm.org.apache.hadoop.fs.Path(staging)
+    target = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = staging_path.getFileSystem(hadoop_conf)
+    parts = [
+        s.getPath() for s in fs.listStatus(staging_path) if s.getPath().getName().startswith("part-")
+    ]
+    if len(parts) != 1:
+        raise RuntimeError(f"expected one CSV part file under {staging}, found {len(parts)}")
+    fs.delete(target, False)
+    if not fs.rename(parts[0], target):
+        raise RuntimeError(f"could not rename {parts[0]} to {uri}")
+    fs.delete(staging_path, True)
+    # The local file system keeps a hidden checksum beside each file; nobody opens this one.
+    fs.delete(jvm.org.apache.hadoop.fs.Path(target.getParent(), f".{target.getName()}.crc"), False)
+
+
+def join_uri(base: str, *names: str) -> str:
+    """``base/name/…`` for a path or URI (no :mod:`os.path`: ``s3a://b`` must stay a URI)."""
+    return "/".join([base.rstrip("/"), *names])
+
+
+def job_main(
+    description: str,
+    add_arguments: options.AddArguments,
+    run: Callable[[SparkSession, argparse.Namespace], object],
+    argv: Sequence[str] | None,
+) -> int:
+    """Parse a job's command line, run it in :func:`session` (named after the job's module),
+    stop the session; exit code 0."""
+    args = options.job_parser(description, add_arguments).parse_args(argv)
+    spark = session("ksidecar-" + run.__module__.rsplit(".", 1)[-1].replace("_", "-"))
+    try:
+        run(spark, args)
+    finally:
+        spark.stop()
+    return 0

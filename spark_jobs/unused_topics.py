@@ -1,0 +1,110 @@
+"""Unused topics: which topics nobody produced to or fetched from for N days.
+
+    python -m spark_jobs.unused_topics --audit PATH --out PATH [--days 7] [--as-of T]
+        [--topics a,b] [--inventory FILE] [--since T] [--sidecars 1,2]
+
+The inventory of topics is the union of: the topics named with ``--topics``; the lines of
+``--inventory`` (a text file, one topic a line, any Hadoop-compatible path); every topic
+some Produce or Fetch row names; and the topic of any Metadata row (API key 3) that carries
+one. The audit schema leaves ``topic`` null on Metadata rows today, so a topic nobody
+touches at all is only listed when it is supplied.
+
+Any Produce or Fetch row is an access, whatever its error code or byte count: an empty
+fetch still means a consumer reads the topic. The audit is read up to ``--as-of``
+(default ``--until``, else now) and from ``--since`` (default: the whole audit).
+
+Writes the Parquet table ``topics`` under ``--out``, one row per inventory topic: ``topic``,
+``last_produce``, ``last_fetch``, ``last_access`` (null: no access in the audit read),
+``idle_days`` (days from ``last_access`` to ``as_of``, 2 decimals, null when never
+accessed) and ``unused`` (no access in the ``--days`` days before ``as_of``); unused topics
+first, longest idle first.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs import common, options
+
+METADATA_KEY = 3
+MICROS_PER_DAY = 86_400_000_000
+
+
+def as_of(args: argparse.Namespace) -> datetime:
+    """The time idleness is measured at."""
+    moment: datetime | None = args.as_of or args.until
+    return moment if moment is not None else datetime.now(UTC)
+
+
+def extract(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The audit rows from ``--since`` up to the ``as_of`` time."""
+    return common.read_audit(
+        spark, args.audit, since=args.since, until=as_of(args), sidecars=args.sidecars
+    )
+
+
+def extract_inventory(spark: SparkSession, args: argparse.Namespace) -> DataFrame | None:
+    """The supplied topics (``--topics`` and ``--inventory``) as one column ``topic``, if any."""
+    parts: list[DataFrame] = []
+    if args.topics:
+        parts.append(spark.createDataFrame([(t,) for t in args.topics], "topic string"))
+    if args.inventory:
+        lines = spark.read.text(args.inventory)
+        parts.append(
+            lines.select(F.trim("value").alias("topic")).where(F.col("topic") != "")
+        )
+    return reduce(DataFrame.unionByName, parts) if parts else None
+
+
+def transform(
+    df: DataFrame, inventory: DataFrame | None, as_of: datetime, days: int
+) -> DataFrame:
+    """Last produce, fetch and access per inventory topic, idle days at ``as_of``, and whether
+    it went ``days`` days without access."""
+    accessed = df.where(common.is_produce() | common.is_fetch())
+    last = accessed.groupBy("topic").agg(
+        F.max(F.when(common.is_produce(), F.col("time"))).alias("last_produce"),
+        F.max(F.when(common.is_fetch(), F.col("time"))).alias("last_fetch"),
+    )
+    named = df.where((F.col("api_key") == METADATA_KEY) & F.col("topic").isNotNull())
+    topics = [accessed.select("topic"), named.select("topic")]
+    if inventory is not None:
+        topics.append(inventory.select("topic"))
+    everything = reduce(DataFrame.unionByName, topics).distinct()
+    last_access = F.greatest("last_produce", "last_fetch")
+    idle_us = F.unix_micros(F.lit(as_of)) - F.unix_micros(F.col("last_access"))
+    cutoff = as_of - timedelta(days=days)
+    return (
+        everything.join(last, "topic", "left")
+        .withColumn("last_access", last_access)
+        .withColumn("idle_days", F.round(idle_us / MICROS_PER_DAY, 2))
+        .withColumn("unused", F.col("last_access").isNull() | (F.col("last_access") < cutoff))
+        .select("topic", "last_produce", "last_fetch", "last_access", "idle_days", "unused")
+    )
+
+
+def load(df: DataFrame, out: str) -> None:
+    """Write ``topics`` under ``out``: unused first, then longest idle, then by name."""
+    order = [F.desc("unused"), F.desc_nulls_first("idle_days"), F.asc("topic")]
+    common.write_table(df, common.join_uri(out, "topics"), order)
+
+
+def run(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Extract, transform and load with parsed options."""
+    df = transform(extract(spark, args), extract_inventory(spark, args), as_of(args), args.days)
+    load(df, args.out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    return common.job_main(__doc__ or "", options.add_unused_topics, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

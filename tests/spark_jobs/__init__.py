@@ -1,0 +1,1 @@
+"""Tests of the PySpark audit jobs, on a real local SparkSession."""
