@@ -104,6 +104,28 @@ ensure_java() {
         || die "installed Java but '$java' reports version '${major:-?}' (need >= 17; check JAVA_HOME)"
 }
 
+# prometheus and promtool from Debian's prometheus package (tests/deploy start their own server
+# on loopback and check deploy/prometheus). Only the binaries are used: if the machine has no
+# /usr/sbin/policy-rc.d, one that forbids starting services is in place during the install, so
+# the package's own service is not started.
+ensure_prometheus() {
+    if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+        return 0
+    fi
+    is_root_with_apt || die "prometheus and promtool are needed (tests/deploy) and were not found. \
+Install Debian's prometheus package (apt-get install --no-install-recommends prometheus)."
+    say "== installing prometheus and promtool (Debian's prometheus package)"
+    local policy=/usr/sbin/policy-rc.d placed=0 code=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && placed=1
+    fi
+    apt_install prometheus || code=$?
+    [ "$placed" = 0 ] || rm -f "$policy"
+    [ "$code" = 0 ] || die "could not install prometheus with apt-get"
+    hash -r
+    command -v promtool >/dev/null 2>&1 || die "installed prometheus but promtool is not on PATH"
+}
+
 # The whole set-up: Java, venv, project with the given extras; then the venv comes first on PATH.
 ksidecar_env() {
     ensure_java # first: fail before a long pip install if Java cannot be had
