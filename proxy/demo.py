@@ -1,19 +1,21 @@
-"""`python -m proxy.demo`: real Kafka traffic end to end on loopback, then a summary.
+"""`python -m proxy.demo`: real Kafka traffic end to end on loopback, then a report.
 
 Starts a real Tansu broker and a real ZooKeeper on free loopback ports (through `proxy.rig`),
-creates a topic, produces records with confluent-kafka, consumes them in a consumer group with
-commits, checks every value arrived, prints a summary and stops everything it started, also on
-Ctrl-C or SIGTERM.
+creates a topic, produces records with confluent-kafka (anonymously, on the plaintext
+listener), consumes them in a consumer group with commits as a SCRAM-SHA-256 user created
+in ZooKeeper (on the SASL listener), checks every value arrived, stops everything it
+started (also on Ctrl-C or SIGTERM), then runs the audit report's Spark jobs over the
+audit trail the sidecar wrote and prints a summary and where the HTML report is.
 
 Clients get their bootstrap address from `choose_bootstrap`, which starts a real
 `ksidecar run` process in front of the broker (registered in ZooKeeper) and returns its
-address: every request and response of the demo passes through the sidecar.
+addresses: every request and response of the demo passes through the sidecar.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import secrets
 import signal
 import sys
 import tempfile
@@ -21,7 +23,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -34,6 +36,10 @@ from proxy.rig.zookeeper import ZooKeeperServer, start_zookeeper
 
 CHROOT = "/ksidecar"
 """The ZooKeeper chroot the sidecars will share (see DESIGN.md, "State in ZooKeeper")."""
+
+ANONYMOUS = "User:ANONYMOUS"
+READER = "demo-reader"
+"""The SCRAM user the demo's consumer logs in as (created in ZooKeeper by the demo)."""
 
 
 @dataclass(frozen=True)
@@ -56,30 +62,94 @@ class DemoResult:
     missing: int
     elapsed: float
     quota: str = ""
+    #: The sidecar's SASL_PLAINTEXT listener (``bootstrap`` is its PLAINTEXT one).
+    sasl_bootstrap: str = ""
+    #: The principal the consumer authenticated as (SCRAM-SHA-256).
+    reader: str = ""
+    #: Where the audit Parquet and the HTML report are.
+    audit_dir: str = ""
+    report: str = ""
+    #: Audit rows written, and what the report's traffic table says of the demo topic:
+    #: records produced and consumed per principal.
+    audit_rows: int = 0
+    audited_in: dict[str, int] = field(default_factory=dict)
+    audited_out: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """Whether every produced record was consumed and committed."""
-        return self.missing == 0 and self.consumed == self.produced == self.committed
+        """Every record consumed and committed, and the audit report accounts for each."""
+        moved = self.missing == 0 and self.consumed == self.produced == self.committed
+        audited = (
+            self.audited_in == {ANONYMOUS: self.produced}
+            and self.audited_out.get(self.reader, 0) >= self.consumed
+        )
+        return moved and audited and bool(self.report)
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """Where the demo's clients connect."""
+
+    plaintext: str
+    sasl: str
+    via: str
 
 
 def choose_bootstrap(
-    broker: TansuServer, zookeeper: ZooKeeperServer, stack: ExitStack
-) -> tuple[str, str]:
-    """Start a sidecar (`ksidecar run`) in front of `broker`; return `(bootstrap, description)`.
+    broker: TansuServer, zookeeper: ZooKeeperServer, stack: ExitStack, audit_dir: Path
+) -> Bootstrap:
+    """Start a sidecar (`ksidecar run`) in front of `broker`; return its client addresses.
 
     The sidecar registers in ZooKeeper under the demo's chroot and maps broker addresses
-    through those registrations, so clients only ever see the sidecar.
+    through those registrations, so clients only ever see the sidecar. It has a plaintext
+    and a SASL listener (SCRAM users from ZooKeeper) and writes the audit trail to
+    `audit_dir`.
     """
     sidecar = stack.enter_context(
         start_sidecar(
             Path(broker.log_path).parent,
             broker.bootstrap,
-            keys={"zookeeper.connect": zookeeper.connect_string(CHROOT), "tag.demo": "true"},
+            extra_listeners=("SASL_PLAINTEXT",),
+            keys={
+                "zookeeper.connect": zookeeper.connect_string(CHROOT),
+                "tag.demo": "true",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+                # The audit trail (KIP-388): Parquet under <work dir>/audit, flushed on stop.
+                "observer.class.names": "audit,prometheus",
+                "observer.audit.dir": str(audit_dir),
+            },
         )
     )
     stack.callback(_print_sidecar_counts, sidecar)
-    return sidecar.bootstrap, f"ksidecar run in front of the broker (metrics {sidecar.metrics_url})"
+    sasl = f"{sidecar.host}:{sidecar.extra_ports['SASL_PLAINTEXT']}"
+    return Bootstrap(
+        sidecar.bootstrap, sasl, f"ksidecar run in front of the broker (metrics {sidecar.metrics_url})"
+    )
+
+
+def add_reader(zookeeper: ZooKeeperServer) -> str:
+    """Create the SCRAM user :data:`READER` with a fresh random password; return it.
+
+    The password lives only in this process; ZooKeeper gets salted keys (``ksidecar users``
+    does the same from the shell).
+    """
+    from kazoo.client import KazooClient
+
+    from proxy.sasl.scram import MECHANISMS, derive_credential
+    from proxy.user_store import UserStore
+
+    password = secrets.token_urlsafe(18)
+    client = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10.0)
+    client.start(timeout=10.0)
+    try:
+        UserStore(client).apply(READER, {
+            name: derive_credential(MECHANISMS[name], password, 4096)
+            for name in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+        })
+    finally:
+        client.stop()
+        client.close()
+    return password
 
 
 def _print_sidecar_counts(sidecar: SidecarServer) -> None:
@@ -178,9 +248,11 @@ def produce(bootstrap: str, topic: str, values: Sequence[bytes]) -> int:
 
 
 def consume(
-    bootstrap: str, topic: str, group: str, partitions: int, expected: int, timeout: float = 60.0
+    bootstrap: str, topic: str, group: str, partitions: int, expected: int,
+    login: dict[str, str] | None = None, timeout: float = 60.0,
 ) -> tuple[list[bytes], int]:
-    """Consume up to `expected` records in `group`, committing after each batch.
+    """Consume up to `expected` records in `group`, committing after each batch (`login`:
+    librdkafka's SASL settings, if any).
 
     Returns the values received and the sum of the group's committed offsets.
     """
@@ -188,6 +260,7 @@ def consume(
 
     consumer = Consumer(
         {
+            **(login or {}),
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "auto.offset.reset": "earliest",
@@ -216,29 +289,37 @@ def consume(
 
 
 def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
-    """Start the components under `work_dir`, run the traffic, stop everything; return the result."""
+    """Start the components under `work_dir`, run the traffic, stop everything, run the
+    audit report; return the result."""
     began = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     topic, group = f"demo-{suffix}", f"demo-group-{suffix}"
     values = [f"record-{i:06d}".encode() for i in range(records)]
+    audit_dir = work_dir / "audit"
     with ExitStack() as stack:
         broker = stack.enter_context(start_broker(work_dir))
         zookeeper = stack.enter_context(start_zookeeper(work_dir))
         zk_version = prepare_zookeeper(zookeeper)
-        bootstrap, via = choose_bootstrap(broker, zookeeper, stack)
+        password = add_reader(zookeeper)
+        clients = choose_bootstrap(broker, zookeeper, stack, audit_dir)
 
-        create_topic(bootstrap, topic, partitions)
-        produced = produce(bootstrap, topic, values)
-        received, committed = consume(bootstrap, topic, group, partitions, records)
-        quota = demo_ip_quota(bootstrap, zookeeper)
-        return DemoResult(
+        create_topic(clients.plaintext, topic, partitions)
+        produced = produce(clients.plaintext, topic, values)
+        login = {
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": READER, "sasl.password": password,
+        }
+        received, committed = consume(clients.sasl, topic, group, partitions, records, login)
+        quota = demo_ip_quota(clients.plaintext, zookeeper)
+        result = DemoResult(
             broker=broker.bootstrap,
             broker_startup=broker.process.startup_seconds or 0.0,
             zookeeper=zookeeper.connect_string(CHROOT),
             zookeeper_startup=zookeeper.process.startup_seconds or 0.0,
             zookeeper_version=zk_version,
-            bootstrap=bootstrap,
-            via=via,
+            bootstrap=clients.plaintext,
+            sasl_bootstrap=clients.sasl,
+            via=clients.via,
             topic=topic,
             partitions=partitions,
             group=group,
@@ -247,8 +328,37 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
             committed=committed,
             missing=len(set(values) - set(received)),
             quota=quota,
-            elapsed=time.monotonic() - began,
+            elapsed=0.0,
+            reader=f"User:{READER}",
+            audit_dir=str(audit_dir),
         )
+    # The sidecar has stopped: its audit files are complete. Now the Spark report.
+    print("ksidecar demo: traffic done; running the audit report's Spark jobs", flush=True)
+    return audit_report(result, work_dir / "report", began)
+
+
+def audit_report(result: DemoResult, out: Path, began: float) -> DemoResult:
+    """Run every Spark job over the demo's audit and read back the demo topic's traffic."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from spark_jobs.report import run_all
+
+    audit_rows = ds.dataset(result.audit_dir, format="parquet", partitioning="hive").count_rows()
+    page = run_all(result.audit_dir, out)
+    traffic = pq.read_table(out / "data" / "traffic" / "topics")
+    mine = traffic.filter(pc.equal(traffic["topic"], result.topic))
+    audited_in: dict[str, int] = {}
+    audited_out: dict[str, int] = {}
+    for row in mine.to_pylist():
+        for totals, column in ((audited_in, "records_in"), (audited_out, "records_out")):
+            if row[column]:
+                totals[row["principal"]] = totals.get(row["principal"], 0) + int(row[column])
+    return replace(
+        result, report=str(page), audit_rows=audit_rows, audited_in=audited_in,
+        audited_out=audited_out, elapsed=time.monotonic() - began,
+    )
 
 
 def summary(result: DemoResult) -> str:
@@ -260,7 +370,7 @@ def summary(result: DemoResult) -> str:
             f"{result.zookeeper} (ZooKeeper {result.zookeeper_version}, "
             f"ready in {result.zookeeper_startup:.2f} s)",
         ),
-        ("bootstrap", f"{result.bootstrap}: {result.via}"),
+        ("bootstrap", f"{result.bootstrap} (PLAINTEXT), {result.sasl_bootstrap} (SASL): {result.via}"),
         ("topic", f"{result.topic} ({result.partitions} partitions)"),
         ("produced", f"{result.produced} records"),
         (
@@ -269,10 +379,20 @@ def summary(result: DemoResult) -> str:
         ),
         ("committed", f"{result.committed} (sum of the group's committed offsets)"),
         ("quota", result.quota),
+        ("audit", f"{result.audit_rows} rows in {result.audit_dir}"),
+        ("traffic", _traffic_line(result)),
+        ("report", result.report or "not written"),
         ("elapsed", f"{result.elapsed:.1f} s"),
         ("result", "OK" if result.ok else "FAILED"),
     ]
     return "\n".join(f"  {name:<10} {text}" for name, text in rows)
+
+
+def _traffic_line(result: DemoResult) -> str:
+    """What the report's traffic job says of the demo topic, per principal."""
+    parts = [f"{p} produced {n}" for p, n in sorted(result.audited_in.items())]
+    parts += [f"{p} consumed {n}" for p, n in sorted(result.audited_out.items())]
+    return f"{result.topic}: " + ("; ".join(parts) or "nothing audited") + " (records, from the report)"
 
 
 class _Signalled(KeyboardInterrupt):
@@ -294,14 +414,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--records", type=int, default=1000, help="records to produce (1000)")
     parser.add_argument("--partitions", type=int, default=3, help="topic partitions (3)")
-    parser.add_argument("--work-dir", type=Path, help="where logs go (default: a new temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the temp dir after success")
+    parser.add_argument(
+        "--work-dir", type=Path, help="where logs, the audit and the report go (default: a new temp dir)"
+    )
     args = parser.parse_args(argv)
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
-    own_dir = args.work_dir is None
-    work_dir: Path = Path(tempfile.mkdtemp(prefix="ksidecar-demo-")) if own_dir else args.work_dir
+    work_dir: Path = args.work_dir or Path(tempfile.mkdtemp(prefix="ksidecar-demo-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     print(f"ksidecar demo: starting Tansu and ZooKeeper (logs in {work_dir})", flush=True)
     try:
@@ -313,10 +433,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo failed: {exc}\n(logs in {work_dir})", file=sys.stderr)
         return 1
     print(summary(result))
-    if result.ok and own_dir and not args.keep:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    else:
-        print(f"  {'logs':<10} {work_dir}")
+    print(f"  {'logs':<10} {work_dir}")
+    if result.report:
+        print(f"\nOpen the audit report: file://{result.report}")
     return 0 if result.ok else 1
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from proxy.rig.ports import LOOPBACK, free_port
@@ -19,9 +19,14 @@ from proxy.rig.process import ManagedProcess, Service
 class SidecarServer(Service):
     """A running ``ksidecar run``: ``.bootstrap`` for clients, ``.metrics_url``."""
 
-    def __init__(self, process: ManagedProcess, host: str, port: int, metrics_port: int) -> None:
+    def __init__(
+        self, process: ManagedProcess, host: str, port: int, metrics_port: int,
+        extra_ports: Mapping[str, int] | None = None,
+    ) -> None:
         super().__init__(process, host, port)
         self.metrics_port = metrics_port
+        #: Ports of the listeners other than ``PLAINTEXT``, by listener name.
+        self.extra_ports = dict(extra_ports or {})
 
     @property
     def bootstrap(self) -> str:
@@ -56,11 +61,19 @@ def start_sidecar(
     keys: Mapping[str, str] | None = None,
     host: str = LOOPBACK,
     start_timeout: float = 30.0,
+    extra_listeners: Sequence[str] = (),
 ) -> SidecarServer:
-    """Start ``ksidecar run`` in front of ``upstream`` on free loopback ports."""
+    """Start ``ksidecar run`` in front of ``upstream`` on free loopback ports.
+
+    The ``PLAINTEXT`` listener is :attr:`SidecarServer.port`; each name in
+    ``extra_listeners`` (e.g. ``SASL_PLAINTEXT``) gets a free port too, in
+    :attr:`SidecarServer.extra_ports`.
+    """
     port, metrics_port = free_port(host), free_port(host)
+    extra = {name: free_port(host) for name in extra_listeners}
+    listeners = [f"PLAINTEXT://{host}:{port}", *(f"{n}://{host}:{p}" for n, p in extra.items())]
     properties = {
-        "listeners": f"PLAINTEXT://{host}:{port}",
+        "listeners": ",".join(listeners),
         "sidecar.upstream": upstream,
         "sidecar.metrics.listener": f"{host}:{metrics_port}",
         **(keys or {}),
@@ -74,4 +87,4 @@ def start_sidecar(
         probe=lambda: _ready(f"http://{host}:{metrics_port}/readyz"),
         start_timeout=start_timeout,
     )
-    return SidecarServer(process.start(), host, port, metrics_port)
+    return SidecarServer(process.start(), host, port, metrics_port, extra)

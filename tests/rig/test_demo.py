@@ -30,8 +30,16 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     assert "ksidecar" in (tmp_path / "ksidecar.log").read_text()
     assert result.zookeeper.endswith("/ksidecar")
     assert "result     OK" in summary(result)
+    # The audit report accounts for every record, by principal: the anonymous producer and
+    # the SCRAM consumer (at least once: a consumer may fetch a record again).
+    assert result.audited_in == {"User:ANONYMOUS": 200}
+    assert result.audited_out.get("User:demo-reader", 0) >= 200
+    assert set(result.audited_out) == {"User:demo-reader"}
+    page = Path(result.report)
+    assert page.name == "index.html" and page.is_relative_to(tmp_path)
+    assert 'id="chart-' in page.read_text()
     assert (tmp_path / "tansu-broker.log").read_text().count("tansu broker 0.6.0") == 1
     assert "binding to port /127.0.0.1:" in (tmp_path / "zookeeper.log").read_text()
-    for address in (result.broker, result.bootstrap, result.zookeeper.removesuffix("/ksidecar")):
+    for address in (result.broker, result.bootstrap, result.sasl_bootstrap, result.zookeeper.removesuffix("/ksidecar")):
         host, port = address.rsplit(":", 1)
         assert not can_connect(host, int(port)), f"{address} still accepts connections"
