@@ -60,6 +60,16 @@ Raw exchanges
     parse Kafka's wire format themselves; keeping frames keeps them in memory: keep what
     you extract instead.
 
+Work elsewhere
+    An observer may hand its work on to another process, as the audit does with
+    ``observer.audit.isolation=process`` (:mod:`observers.audit_process`): its
+    ``record_exchange`` then only packs the exchange, and the other process's failures
+    and metrics come back to it. Such an observer defines an attribute ``hub_errors``;
+    the hub sets it to the observer's ``ksidecar_observer_errors_total`` child, where the
+    observer counts what went wrong out of the hub's sight (an exception in the other
+    process, an exchange lost with it). The other process must not outlive the sidecar
+    and must finish within the ``close`` timeout.
+
 Failures
     An exception out of any ``record_*`` or ``tick`` call is caught, counted
     (``ksidecar_observer_errors_total``) and logged at most once per

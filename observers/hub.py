@@ -231,6 +231,8 @@ class Worker:
         self._wants: dict[tuple[int, int], bool] = {}
         #: ``record_exchange`` of an observer that takes raw exchanges (observers.api).
         self._raw: Callable[[Exchange], object] | None = getattr(observer, "record_exchange", None)
+        if hasattr(observer, "hub_errors"):  # failures it counts itself (observers.api)
+            observer.hub_errors = self.errors
         self._last_log = -ERROR_LOG_INTERVAL
         self._unlogged = 0
         self.thread = threading.Thread(target=self._run, name=f"observer-{name}", daemon=True)

@@ -453,6 +453,12 @@ KEYS: tuple[Key, ...] = (
         "smaller.", _int(1), ">= 1"),
     Key("observer.audit.roll.ms", "int", "300000",
         "Age after which an audit file is completed even if small.", _int(1), ">= 1"),
+    Key("observer.audit.isolation", "enum", "thread",
+        "Where the audit observer does its work: `thread` (its worker thread in the sidecar "
+        "process, sharing the GIL with the data path) or `process` (a child process started "
+        "with the sidecar: the sidecar only packs each exchange and hands it over, large "
+        "frames picked first; the audit's metrics are reported back; docs/observers.md).",
+        _choice("thread", "process"), "thread|process"),
     Key("observer.audit.queue.capacity", "int", "",
         "Queue of the audit observer. Empty: `observer.queue.capacity`.",
         lambda k, v: _int(1)(k, v) if v.strip() else None, ">= 1 or empty"),
