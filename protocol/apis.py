@@ -21,6 +21,11 @@ API_VERSIONS = 18
 CONTROLLED_SHUTDOWN = 7
 PRODUCE = 0
 SASL_HANDSHAKE = 17
+#: Other API keys the sidecar names in code.
+METADATA = 3
+SASL_AUTHENTICATE = 36
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
 #: The highest API key Kafka has assigned (as far as the generated table knows).
 KAFKA_MAX_API_KEY = max(REQUESTS)
 

@@ -524,6 +524,10 @@ class SidecarConfig:
         mapping: dict[str, str] = self.values["listener.security.protocol.map"]
         return mapping.get(listener, listener if listener in SECURITY_PROTOCOLS else "PLAINTEXT")
 
+    def is_sasl(self, listener: str) -> bool:
+        """True when ``listener`` is SASL_PLAINTEXT or SASL_SSL."""
+        return self.security_protocol(listener).startswith("SASL_")
+
     def listener_value(self, listener: str, key: str) -> Any:
         """``listener.name.<listener>.<key>`` if set, else ``key``."""
         return self.listener_overrides.get(listener, {}).get(key, self.values[key])

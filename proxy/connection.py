@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
+from protocol.apis import ALTER_USER_SCRAM_CREDENTIALS, SASL_AUTHENTICATE
 from protocol.correlation import CorrelationTracker, FrameKind, InFlight
 from protocol.errors import FrameError, ProtocolError
 from protocol.framing import EOF, NEED_DATA, FrameDecoder, size_prefix
@@ -64,7 +65,7 @@ MAX_SILENT_PRODUCES = 1024
 BLOCKED_POLL = 0.001
 #: Requests whose bodies carry secrets (SaslAuthenticate: a PLAIN password or SCRAM proof;
 #: AlterUserScramCredentials: salted passwords): observers get their header facts only.
-SECRET_REQUESTS = frozenset({36, 51})
+SECRET_REQUESTS = frozenset({SASL_AUTHENTICATE, ALTER_USER_SCRAM_CREDENTIALS})
 
 
 class ConnectionClosed(Exception):
@@ -324,9 +325,7 @@ class Connection:
         spec = sidecar.registry.api(header.api_key)
         head = encode_response_header(header.correlation_id, spec.response_header_version(version))
         response = size_prefix(len(head) + len(response_body)) + head + response_body
-        api.local.inc()
-        self.stats.local += 1
-        self._answer_locally(record, api, response, now, frame)
+        self.answer_local(record, api, response, now, frame)
 
     def _classify(self, body: memoryview) -> InFlight:
         """The tracker's reading of a request, from a bounded view of a large frame.
@@ -365,6 +364,15 @@ class Connection:
             self.silent_produces.append((record.header.correlation_id, self.upstream_expected))
             if self.tap is not None:  # no response will come: the exchange is complete
                 self._observe(Slot(record, api, now, forwarded_at=now, request=frame), None, now)
+
+    def answer_local(
+        self, record: InFlight, api: ApiMetrics, response: bytes, now: float,
+        frame: memoryview | None = None,
+    ) -> None:
+        """Queue the sidecar's own answer to a request, counted as answered locally."""
+        api.local.inc()
+        self.stats.local += 1
+        self._answer_locally(record, api, response, now, frame)
 
     def _answer_locally(
         self, record: InFlight, api: ApiMetrics, response: bytes, now: float,

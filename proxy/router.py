@@ -59,7 +59,7 @@ class Router:
         #: answers itself there (terminate mode), advertised in ApiVersions.
         self.auth: ListenerAuth | None = None
         self.sasl_keys: frozenset[int] = frozenset()
-        if sidecar.config.security_protocol(listener).startswith("SASL_"):
+        if sidecar.config.is_sasl(listener):
             from proxy.handlers.sasl import SASL_KEYS, ListenerAuth  # imports proxy.connection
 
             self.auth = ListenerAuth(sidecar, listener)

@@ -19,7 +19,14 @@ from typing import Any
 import construct as c
 import trio
 
-from protocol.apis import DEFAULT_REGISTRY, ApiRegistry
+from protocol.apis import (
+    API_VERSIONS,
+    DEFAULT_REGISTRY,
+    METADATA,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    ApiRegistry,
+)
 from protocol.errors import ProtocolError
 from protocol.framing import EOF, NEED_DATA, FrameDecoder, encode_frame
 from protocol.headers import decode_response_header, encode_request_header
@@ -30,10 +37,6 @@ from proxy.sasl.errors import SaslError
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS = 18
-METADATA = 3
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
 CLIENT_ID = "ksidecar-control"
 
 

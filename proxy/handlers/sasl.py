@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from protocol.correlation import FrameKind, InFlight
 from protocol.errors import ProtocolError
 from protocol.framing import size_prefix
@@ -46,16 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
 SASL_KEYS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
 #: How long a refused client's last answer may take to leave before the connection closes.
 FAILURE_FLUSH_TIMEOUT = 5.0
-
-
-def is_sasl_listener(sidecar: Sidecar, listener: str) -> bool:
-    """True for SASL_PLAINTEXT and SASL_SSL listeners."""
-    return sidecar.config.security_protocol(listener).startswith("SASL_")
 
 
 class ListenerAuth:
@@ -210,10 +204,8 @@ class TerminatingGate:
         api.request_bytes.inc(len(frame))
         if record.header is not None:
             api.requests(record.header.api_version, "local").inc()
-        api.local.inc()
         connection.stats.requests += 1
-        connection.stats.local += 1
-        connection._answer_locally(record, api, response, now)
+        connection.answer_local(record, api, response, now)
 
     async def _after(
         self, reply: Reply, parts: list[bytes | memoryview], upstream: trio.abc.Stream

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from protocol.apis import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from protocol.schema import decode, encode
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-ALTER_USER_SCRAM_CREDENTIALS = 51
 KEYS = frozenset({DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS})
 
 
@@ -37,7 +36,7 @@ def answered_locally(sidecar: Sidecar) -> bool:
     return (
         config["sidecar.sasl.mode"] == "terminate"
         and bool(config["zookeeper.connect"])
-        and any(config.security_protocol(e.name).startswith("SASL_") for e in config.listeners)
+        and any(config.is_sasl(e.name) for e in config.listeners)
     )
 
 

@@ -116,12 +116,7 @@ class Wire:
                 return None
             if frame is not NEED_DATA:
                 return bytes(frame[4:])
-            try:
-                data = await self.stream.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                data = b""
-            if not data:
-                self.closed = True
+            data = await self._receive()
             self.decoder.receive_data(data)
 
     async def read_frames(self, count: int) -> list[bytes]:
@@ -147,16 +142,22 @@ class Wire:
         assert struct.unpack_from(">i", frame)[0] == correlation_id
         return frame
 
+    async def _receive(self) -> bytes:
+        """The next bytes from the peer; ``b""`` (and ``closed`` set) once it has gone."""
+        try:
+            data = await self.stream.receive_some(65536)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            data = b""
+        if not data:
+            self.closed = True
+        return data
+
     async def wait_closed(self) -> bytes:
         """Read until the peer closes; return whatever bytes arrived first."""
         rest = bytearray()
         while True:
-            try:
-                data = await self.stream.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                data = b""
+            data = await self._receive()
             if not data:
-                self.closed = True
                 return bytes(rest)
             rest += data
 
