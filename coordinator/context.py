@@ -1,0 +1,33 @@
+"""What the protocol modules of the core share: settings, groups, timers, outbox, ids."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from coordinator.outcome import Outbox
+from coordinator.settings import CoordinatorSettings
+from coordinator.timers import Deadlines
+
+if TYPE_CHECKING:
+    from coordinator.classic_group import ClassicGroup
+    from coordinator.consumer_group import ConsumerGroup
+
+
+def random_id() -> str:
+    """A fresh random id (Kafka uses a UUID string for member ids)."""
+    return str(uuid.uuid4())
+
+
+@dataclass(kw_only=True, slots=True)
+class Context:
+    """The state one coordinator core shares between its protocol modules."""
+
+    settings: CoordinatorSettings
+    groups: dict[str, ClassicGroup | ConsumerGroup] = field(default_factory=dict)
+    timers: Deadlines = field(default_factory=Deadlines)
+    outbox: Outbox = field(default_factory=Outbox)
+    #: Source of member ids; tests inject a deterministic one.
+    new_id: Callable[[], str] = random_id

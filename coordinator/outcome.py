@@ -1,0 +1,124 @@
+"""What the core hands back: answers now or later, store writes, and the types of both.
+
+Every entry point of :class:`coordinator.core.GroupCoordinator` returns a :class:`Step`:
+
+* ``response`` -- the answer to this request, or ``None`` when the request is *parked*;
+* ``ticket`` -- set when parked: the answer arrives later as an :class:`Answer` with this
+  ticket, in the ``answers`` of some later step (another request, a timer, a finished write);
+* ``answers`` -- parked requests that this step answered;
+* ``writes`` -- :class:`WriteSet` s for the ZooKeeper store. A set with a ``ticket`` holds a
+  request's answer back until it is durable: the shell performs it and then calls
+  ``writes_done(ticket, now, ok=...)``, whose step carries the answer.
+
+A parked request is answered exactly once. The shell may drop answers for tickets whose
+connection has gone; the core never needs to hear about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from coordinator.messages.common import Wire
+
+
+class Response(Protocol):
+    """Any typed group response: it can be turned into a body of the request's version."""
+
+    def to_wire(self, version: int) -> Wire:
+        """The body for ``protocol.schema.encode(api.response, version, ...)``."""
+        ...
+
+
+R = TypeVar("R", bound=Response)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Answer:
+    """The late answer to a parked request."""
+
+    ticket: int
+    response: Response
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OffsetValue:
+    """A committed offset as stored (see docs/coordinator.md for the znode format)."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    #: Milliseconds since the epoch when it was committed.
+    commit_timestamp: int
+    #: OffsetCommit v2-4 RetentionTimeMs: when it expires regardless of the group's state.
+    expire_timestamp: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OffsetWrite:
+    """Store (``value``) or delete (``None``) one partition's committed offset."""
+
+    group_id: str
+    topic: str
+    partition: int
+    value: OffsetValue | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupWrite:
+    """Store a group's registry record, or (``None``) delete the group and its offsets."""
+
+    group_id: str
+    record: dict[str, Any] | None
+
+
+Write = OffsetWrite | GroupWrite
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WriteSet:
+    """Writes that belong together; with a ``ticket``, an answer waits for them."""
+
+    writes: tuple[Write, ...]
+    ticket: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Step(Generic[R]):
+    """The result of one call into the core."""
+
+    response: R | None = None
+    ticket: int | None = None
+    answers: tuple[Answer, ...] = ()
+    writes: tuple[WriteSet, ...] = ()
+
+
+class Outbox:
+    """Collects what a call produces on the way; the core drains it into a :class:`Step`."""
+
+    def __init__(self) -> None:
+        self._next_ticket = 0
+        self.answers: list[Answer] = []
+        self.writes: list[WriteSet] = []
+
+    def ticket(self) -> int:
+        """A fresh ticket for a parked request."""
+        self._next_ticket += 1
+        return self._next_ticket
+
+    def answer(self, ticket: int, response: Response) -> None:
+        """Answer a parked request."""
+        self.answers.append(Answer(ticket=ticket, response=response))
+
+    def write(self, *writes: Write, ticket: int | None = None) -> None:
+        """Queue writes for the store (held answer: ``ticket``)."""
+        if writes or ticket is not None:
+            self.writes.append(WriteSet(writes=tuple(writes), ticket=ticket))
+
+    def drain(self, response: R | None = None, ticket: int | None = None) -> Step[R]:
+        """Everything collected, as a step answering ``response`` (or parked as ``ticket``)."""
+        step: Step[R] = Step(response=response, ticket=ticket, answers=tuple(self.answers),
+                             writes=tuple(self.writes))
+        self.answers.clear()
+        self.writes.clear()
+        return step
