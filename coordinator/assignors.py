@@ -75,7 +75,7 @@ def uniform_assignor(members: Mapping[str, MemberSpec], topics: Mapping[UUID, in
                     counts[m] += 1
     eligible = {t: sorted(m for m, s in members.items() if t in s.subscribed) for t in topics}
     # 2. Shed excess: in a homogeneous group nobody keeps more than its fair share.
-    subs = {s.subscribed & topics.keys() for s in members.values()}
+    subs = {frozenset(s.subscribed & topics.keys()) for s in members.values()}
     if len(subs) == 1 and members:
         total = sum(topics[t] for t in next(iter(subs)))
         quota, extra = divmod(total, len(members))
