@@ -1,7 +1,7 @@
 """The jobs' command-line options, in one place and without pyspark.
 
 Each job's ``main`` builds its parser from these; ``ksidecar audit report`` (in
-:mod:`proxy.cli`) adds :func:`add_report` to its own subcommand, which is why this module
+:mod:`proxy.tools.cli`) adds :func:`add_report` to its own subcommand, which is why this module
 imports argparse and nothing else: declaring the command must not load Spark.
 """
 

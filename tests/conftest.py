@@ -1,11 +1,11 @@
 """Shared test configuration: Hypothesis profiles and the real components.
 
-Session-scoped fixtures start real processes through `proxy.rig`, once per test session and only
+Session-scoped fixtures start real processes through `proxy.tools.rig`, once per test session and only
 if some selected test asks for them: `tansu` (a broker), `zookeeper`, `spark` (a local[2]
 session). Their logs live under the session's pytest temp dir (`.../rig0/`). When a test fails,
 its report gets a section per component it used, with what that component logged during the
 test (or, if nothing, the last lines before). Processes are stopped by the fixture finalizers,
-which pytest also runs after a Ctrl-C, and failing that by `proxy.rig.process`'s atexit sweep.
+which pytest also runs after a Ctrl-C, and failing that by `proxy.tools.rig.process`'s atexit sweep.
 
 Hypothesis: `HYPOTHESIS_PROFILE=ci` (the default: derandomized, 100 examples, no deadline) or
 `HYPOTHESIS_PROFILE=deep` (2,000 examples, random).
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import HealthCheck, settings
 
-from proxy.rig.process import read_tail
-from proxy.rig.tansu import TansuServer, start_broker
-from proxy.rig.zookeeper import ZooKeeperServer, start_zookeeper
+from proxy.tools.rig.process import read_tail
+from proxy.tools.rig.tansu import TansuServer, start_broker
+from proxy.tools.rig.zookeeper import ZooKeeperServer, start_zookeeper
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -129,7 +129,7 @@ def zookeeper(rig_dir: Path) -> Iterator[ZooKeeperServer]:
 def spark(rig_dir: Path) -> Iterator[SparkSession]:
     """A local[2] SparkSession bound to loopback (UTC, 2 shuffle partitions, no type inference
     for partition columns)."""
-    from proxy.rig.spark import spark_log_path, start_spark, stop_spark
+    from proxy.tools.rig.spark import spark_log_path, start_spark, stop_spark
 
     session = start_spark(rig_dir, app_name="ksidecar-tests")
     _started("spark", spark_log_path(rig_dir))

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from proxy.cli import main as cli_main
-from proxy.rig.tansu import TansuServer
-from proxy.rig.zookeeper import ZooKeeperServer
-from proxy.server import Sidecar
+from proxy.control.server import Sidecar
+from proxy.tools.cli import main as cli_main
+from proxy.tools.rig.tansu import TansuServer
+from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys, start_sidecar
 from tests.proxy.wire import Wire, create_topic
 

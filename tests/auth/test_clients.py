@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 
-from proxy.rig.tansu import TansuServer
+from proxy.tools.rig.tansu import TansuServer
 from tests.auth.conftest import USERS, StartSasl, new_topic
 from tests.proxy.test_tls import Pki
 from tests.proxy.wire import confluent_consume, sample, wait_until

@@ -11,17 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.config import ConfigError, build_config
-from proxy.sasl.client import login_client
-from proxy.sasl.credentials import (
+from proxy.auth.sasl.client import login_client
+from proxy.auth.sasl.credentials import (
     CredentialFormatError,
     format_credential,
     parse_credential,
     scram_credentials,
 )
-from proxy.sasl.errors import AuthenticationFailed, SaslError
-from proxy.sasl.passthrough import PrincipalReader
-from proxy.sasl.password_file import (
+from proxy.auth.sasl.errors import AuthenticationFailed, SaslError
+from proxy.auth.sasl.passthrough import PrincipalReader
+from proxy.auth.sasl.password_file import (
     PasswordFileError,
     check_user_name,
     format_users,
@@ -29,9 +28,16 @@ from proxy.sasl.password_file import (
     parse_users,
     verify_user,
 )
-from proxy.sasl.plain import PlainServer, parse_plain
-from proxy.sasl.scram import SCRAM_SHA_1, SCRAM_SHA_256, ScramClient, ScramServer, derive_credential
-from proxy.user_store import desanitize, sanitize
+from proxy.auth.sasl.plain import PlainServer, parse_plain
+from proxy.auth.sasl.scram import (
+    SCRAM_SHA_1,
+    SCRAM_SHA_256,
+    ScramClient,
+    ScramServer,
+    derive_credential,
+)
+from proxy.auth.user_store import desanitize, sanitize
+from proxy.config.keys import ConfigError, build_config
 from tests.auth.test_scram import RFC5802, RFC7677
 
 

@@ -16,8 +16,8 @@ import pytest
 import trio
 from kafka.net.sasl.scram import ScramClient
 
-from proxy.rig.tansu import TansuServer
-from proxy.server import Sidecar
+from proxy.control.server import Sidecar
+from proxy.tools.rig.tansu import TansuServer
 from tests.auth.conftest import USERS, StartSasl, new_topic
 from tests.auth.test_clients import run_confluent
 from tests.proxy.conftest import StartSidecar, sidecar_keys

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.net.sasl.scram import ScramClient
 
-from proxy.sasl.errors import AuthenticationFailed, SaslError
-from proxy.sasl.scram import (
+from proxy.auth.sasl.errors import AuthenticationFailed, SaslError
+from proxy.auth.sasl.scram import (
     SCRAM_SHA_1,
     SCRAM_SHA_256,
     SCRAM_SHA_512,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from proxy.sasl.scram import SCRAM_SHA_256, derive_credential
-from proxy.sasl.scram_admin import Deletion, Upsertion, describe, plan_alter
+from proxy.auth.sasl.scram import SCRAM_SHA_256, derive_credential
+from proxy.auth.sasl.scram_admin import Deletion, Upsertion, describe, plan_alter
 
 USERS = {"alice": {"SCRAM-SHA-256": derive_credential(SCRAM_SHA_256, "pw", 4096, b"s")}}
 

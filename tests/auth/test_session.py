@@ -7,9 +7,9 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from proxy.sasl.errors import AuthenticationFailed
-from proxy.sasl.plain import PlainServer
-from proxy.sasl.session import Admission, Session, State
+from proxy.auth.sasl.errors import AuthenticationFailed
+from proxy.auth.sasl.plain import PlainServer
+from proxy.auth.sasl.session import Admission, Session, State
 
 PASSWORDS = {"alice": "a-pw", "bob": "b-pw"}
 

@@ -13,7 +13,7 @@ import pytest
 import trio
 from kafka.net.sasl.scram import ScramClient
 
-from proxy.rig.tansu import TansuServer
+from proxy.tools.rig.tansu import TansuServer
 from tests.auth.conftest import USERS, SaslRig, StartSasl, new_topic
 from tests.proxy.wire import Wire, our_decode, request_frame, sample, wait_until
 

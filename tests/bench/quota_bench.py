@@ -30,9 +30,9 @@ from typing import Any
 
 import trio
 
-from proxy.config import build_config
-from proxy.rig.tansu import start_broker
-from proxy.server import Sidecar
+from proxy.config.keys import build_config
+from proxy.control.server import Sidecar
+from proxy.tools.rig.tansu import start_broker
 from quotas.gate import AcceptGate, GateConfig, Verdict
 
 OUT = Path(__file__).parent / "out"

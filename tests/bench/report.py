@@ -96,7 +96,7 @@ def machine() -> dict[str, Any]:
 
     tansu = "-"
     try:
-        from proxy.rig.tansu import find_tansu
+        from proxy.tools.rig.tansu import find_tansu
 
         tansu = subprocess.run([str(find_tansu()), "--version"], capture_output=True, text=True,
                                timeout=10).stdout.strip()

@@ -19,10 +19,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxy.rig.ports import LOOPBACK
-from proxy.rig.process import ManagedProcess, Service, start_on_port
-from proxy.rig.sidecar import SidecarServer, start_sidecar
-from proxy.rig.tansu import TansuServer, start_broker, start_proxy
+from proxy.tools.rig.ports import LOOPBACK
+from proxy.tools.rig.process import ManagedProcess, Service, start_on_port
+from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
+from proxy.tools.rig.tansu import TansuServer, start_broker, start_proxy
 from tests.bench import procfs
 
 TARGETS = ("direct", "sidecar", "peer")

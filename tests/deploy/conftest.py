@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from proxy.rig.ports import LOOPBACK, free_port
-from proxy.rig.process import ManagedProcess
-from proxy.rig.sidecar import SidecarServer
-from proxy.rig.sidecar import _ready as readyz_answers  # the rig's own /readyz probe
-from proxy.rig.tansu import TansuServer
-from proxy.rig.zookeeper import ZooKeeperServer
+from proxy.tools.rig.ports import LOOPBACK, free_port
+from proxy.tools.rig.process import ManagedProcess
+from proxy.tools.rig.sidecar import SidecarServer
+from proxy.tools.rig.sidecar import _ready as readyz_answers  # the rig's own /readyz probe
+from proxy.tools.rig.tansu import TansuServer
+from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.deploy.support import k8s_object
 
 TANSU_NODE_ID = "111"
@@ -66,7 +66,7 @@ def deployed_sidecar(
     )
     process = ManagedProcess(
         "deploy-sidecar",
-        [sys.executable, "-m", "proxy.cli", "run", "--config", str(config)],
+        [sys.executable, "-m", "proxy.tools.cli", "run", "--config", str(config)],
         log_path=rig_dir / "deploy-sidecar.log",
         probe=lambda: readyz_answers(f"http://{LOOPBACK}:{metrics_port}/readyz"),
         env=env,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from proxy.rig.sidecar import SidecarServer
+from proxy.tools.rig.sidecar import SidecarServer
 from tests.deploy.support import (
     DASHBOARD,
     dashboard_exprs,

@@ -16,8 +16,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from proxy.config import load_config, parse_endpoints
-from proxy.properties import parse_properties
+from proxy.config.keys import load_config, parse_endpoints
+from proxy.config.properties import parse_properties
 from tests.deploy.support import (
     DEPLOY,
     KUBERNETES_VERSION,

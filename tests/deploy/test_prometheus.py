@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from proxy.rig.ports import LOOPBACK
-from proxy.rig.process import ManagedProcess, start_on_port
-from proxy.rig.sidecar import SidecarServer
+from proxy.tools.rig.ports import LOOPBACK
+from proxy.tools.rig.process import ManagedProcess, start_on_port
+from proxy.tools.rig.sidecar import SidecarServer
 from tests.deploy.support import PROMETHEUS, http_json, produce, prometheus_query, tool
 
 LOCAL_TARGET = '"127.0.0.1:9404"'

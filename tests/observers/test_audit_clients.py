@@ -25,10 +25,10 @@ import trio
 from kafka.net.sasl.scram import ScramClient
 
 from observers.audit_schema import ANONYMOUS
-from proxy.config import build_config
-from proxy.rig.tansu import TansuServer
-from proxy.rig.zookeeper import ZooKeeperServer
-from proxy.server import Sidecar
+from proxy.config.keys import build_config
+from proxy.control.server import Sidecar
+from proxy.tools.rig.tansu import TansuServer
+from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.auth.conftest import USERS, run_users
 from tests.auth.test_clients import RECORDS as SASL_RECORDS
 from tests.auth.test_clients import run_confluent as sasl_confluent

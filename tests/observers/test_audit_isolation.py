@@ -21,7 +21,7 @@ from observers.audit_process import PICK_IN_PARENT_BYTES, AuditProcess
 from observers.hub import ObserverError, ObserverHub, Settings
 from protocol.apis import DEFAULT_REGISTRY
 from protocol.headers import decode_request_header
-from proxy.config import ConfigError, build_config
+from proxy.config.keys import ConfigError, build_config
 from tests.bench.kafka import record_batch
 from tests.observers.test_audit_clients import read_audit
 from tests.observers.test_audit_rows import response_frame

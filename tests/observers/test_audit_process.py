@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from observers.api import TICK_INTERVAL
-from proxy.rig.sidecar import start_sidecar
-from proxy.rig.tansu import TansuServer
+from proxy.tools.rig.sidecar import start_sidecar
+from proxy.tools.rig.tansu import TansuServer
 from tests.bench.kafka import RawConnection, create_topic, produce_request, record_batch
 from tests.observers.test_audit_clients import read_audit
 

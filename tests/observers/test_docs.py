@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from proxy.observing import main, refresh_docs
+from proxy.control.observing import main, refresh_docs
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "observers.md"
 
 
 def test_observers_doc_is_in_step_with_the_code() -> None:
     text = DOC.read_text()
-    assert refresh_docs(text) == text, "run: python -m proxy.observing docs/observers.md"
+    assert refresh_docs(text) == text, "run: python -m proxy.control.observing docs/observers.md"
     assert "ksidecar_observer_dropped_total" in text and "| `time` |" in text
 
 

@@ -14,8 +14,8 @@ import uuid
 import pytest
 import trio
 
-from proxy.rig.tansu import TansuServer
-from proxy.server import Sidecar
+from proxy.control.server import Sidecar
+from proxy.tools.rig.tansu import TansuServer
 from tests.bench.kafka import produce_request, record_batch, response_body
 from tests.observers import fakes
 from tests.observers.conftest import start_sidecar as _fixture  # noqa: F401

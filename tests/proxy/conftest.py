@@ -2,7 +2,7 @@
 
 ``start_sidecar(**keys)`` starts a sidecar in front of the session's real Tansu broker
 (or any ``sidecar.upstream`` given) with listeners and metrics on free loopback ports,
-and returns the running :class:`~proxy.server.Sidecar` (``.bound["PLAINTEXT"].port``,
+and returns the running :class:`~proxy.control.server.Sidecar` (``.bound["PLAINTEXT"].port``,
 ``.metrics_address``). It is stopped with the test's nursery.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 
-from proxy.config import build_config
-from proxy.rig.tansu import TansuServer
-from proxy.server import Sidecar
+from proxy.config.keys import build_config
+from proxy.control.server import Sidecar
+from proxy.tools.rig.tansu import TansuServer
 
 StartSidecar = Callable[..., Awaitable[Sidecar]]
 

@@ -19,16 +19,16 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.config import build_config
-from proxy.rig.ports import free_port
-from proxy.rig.tansu import TansuServer, start_broker
-from proxy.server import Sidecar
+from proxy.config.keys import build_config
+from proxy.control.server import Sidecar
+from proxy.tools.rig.ports import free_port
+from proxy.tools.rig.tansu import TansuServer, start_broker
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 from tests.proxy.wire import Wire, create_topic, request_frame, sample, wait_until
 
 pytestmark = pytest.mark.integration
 
-CLOSED_LOG = "proxy.connection"
+CLOSED_LOG = "proxy.datapath.connection"
 
 
 def cid(frame: bytes) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main
+from proxy.tools.cli import main
 
 
 def test_missing_required_key_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from proxy.server import Sidecar
+from proxy.control.server import Sidecar
 from tests.proxy.conftest import StartSidecar
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

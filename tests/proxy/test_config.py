@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import (
+from proxy.config.keys import (
     ConfigError,
     Endpoint,
     HostPort,
@@ -15,7 +15,7 @@ from proxy.config import (
     load_config,
     reference_markdown,
 )
-from proxy.properties import PropertiesError, parse_properties
+from proxy.config.properties import PropertiesError, parse_properties
 
 BASE = {"listeners": "PLAINTEXT://127.0.0.1:19092", "sidecar.upstream": "127.0.0.1:9092"}
 

@@ -18,10 +18,11 @@ from kafka.protocol.producer import ProduceResponse
 
 from protocol.apis import DEFAULT_REGISTRY
 from protocol.errors import ProtocolError
-from proxy.addressing import OffsetAddressBook, RegisteredAddressBook, StaticAddressBook
-from proxy.config import HostPort
-from proxy.handlers.api_versions import advertised_ranges, handle_api_versions
-from proxy.handlers.broker_metadata import (
+from proxy.config.keys import HostPort
+from proxy.datapath.addressing import OffsetAddressBook, RegisteredAddressBook, StaticAddressBook
+from proxy.datapath.rewrite import Rewriter, rewrites_version
+from proxy.local.api_versions import advertised_ranges, handle_api_versions
+from proxy.local.broker_metadata import (
     BrokerEntry,
     builtin_tags,
     handle_broker_metadata,
@@ -29,7 +30,6 @@ from proxy.handlers.broker_metadata import (
     select,
     version_int,
 )
-from proxy.rewrite import Rewriter, rewrites_version
 
 R = DEFAULT_REGISTRY
 BM = R.broker_metadata_key

@@ -8,8 +8,8 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.config import HostPort
-from proxy.rig.ports import free_port
+from proxy.config.keys import HostPort
+from proxy.tools.rig.ports import free_port
 from tests.proxy.conftest import StartSidecar
 from tests.proxy.wire import Wire, request_frame
 

@@ -18,8 +18,8 @@ from kafka.protocol.admin import (
 )
 from kazoo.client import KazooClient
 
-from proxy.rig.tansu import TansuServer
-from proxy.rig.zookeeper import ZooKeeperServer
+from proxy.tools.rig.tansu import TansuServer
+from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 from tests.proxy.wire import Wire, kp_decode, kp_request, our_decode
 
@@ -182,7 +182,7 @@ async def test_quotas_command_line(
     start_sidecar: StartSidecar, zookeeper: ZooKeeperServer, zk_path: str, tansu: TansuServer,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from proxy.cli import main
+    from proxy.tools.cli import main
 
     sidecar = await start_sidecar(sidecar_keys(tansu.bootstrap, zookeeper_connect=zookeeper.connect_string(zk_path)))
     bootstrap = f"127.0.0.1:{sidecar.bound['PLAINTEXT'].port}"

@@ -17,9 +17,9 @@ from kafka.protocol.consumer import FetchResponse
 from protocol.apis import DEFAULT_REGISTRY as R
 from protocol.scan import top_level_tags
 from protocol.schema import decode, encode
-from proxy.addressing import StaticAddressBook
-from proxy.config import HostPort
-from proxy.rewrite import Rewriter
+from proxy.config.keys import HostPort
+from proxy.datapath.addressing import StaticAddressBook
+from proxy.datapath.rewrite import Rewriter
 
 FETCH = R.api(1)
 PRODUCE = R.api(0)

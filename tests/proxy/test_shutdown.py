@@ -14,9 +14,9 @@ import pytest
 import trio
 from kafka.protocol.consumer import FetchResponse
 
-from proxy.config import HostPort
-from proxy.rig.ports import free_port
-from proxy.rig.tansu import TansuServer
+from proxy.config.keys import HostPort
+from proxy.tools.rig.ports import free_port
+from proxy.tools.rig.tansu import TansuServer
 from tests.proxy.test_metrics_http import http_get, samples, value
 from tests.proxy.wire import Wire, create_topic, kp_decode, request_frame
 

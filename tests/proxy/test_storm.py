@@ -23,7 +23,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.rig.tansu import TansuServer
+from proxy.tools.rig.tansu import TansuServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 from tests.proxy.wire import Wire
 

@@ -14,8 +14,8 @@ import trustme
 from confluent_kafka import Producer
 from kafka.protocol.metadata import MetadataResponse
 
-from proxy.rig.tansu import TansuServer
-from proxy.server import Sidecar
+from proxy.control.server import Sidecar
+from proxy.tools.rig.tansu import TansuServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 from tests.proxy.wire import (
     Wire,

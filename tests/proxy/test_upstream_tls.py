@@ -13,7 +13,7 @@ import pytest
 import trio
 import trustme
 
-from proxy.rig.tansu import TansuServer
+from proxy.tools.rig.tansu import TansuServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 from tests.proxy.wire import Wire, our_decode
 

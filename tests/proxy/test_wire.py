@@ -22,8 +22,8 @@ from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.apis import DEFAULT_REGISTRY
-from proxy.rig.tansu import TansuServer
-from proxy.server import Sidecar
+from proxy.control.server import Sidecar
+from proxy.tools.rig.tansu import TansuServer
 from tests.proxy.conftest import StartSidecar
 from tests.proxy.wire import (
     Wire,

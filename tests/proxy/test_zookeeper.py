@@ -15,8 +15,8 @@ import pytest
 import trio
 from kazoo.client import KazooClient
 
-from proxy.rig.zookeeper import ZooKeeperServer
-from proxy.server import Sidecar
+from proxy.control.server import Sidecar
+from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 from tests.proxy.wire import Wire, our_decode
 

@@ -21,7 +21,7 @@ from protocol.headers import encode_request_header
 from protocol.schema import decode, encode
 
 if TYPE_CHECKING:
-    from proxy.server import Sidecar
+    from proxy.control.server import Sidecar
 
 CLIENT_ID = "wire-test"
 

@@ -16,8 +16,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 from kazoo.client import KazooClient
 
-from proxy.rig.tansu import TansuServer, start_proxy
-from proxy.rig.zookeeper import ZooKeeperServer
+from proxy.tools.rig.tansu import TansuServer, start_proxy
+from proxy.tools.rig.zookeeper import ZooKeeperServer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

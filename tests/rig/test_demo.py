@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.demo import run, summary
-from proxy.rig.ports import can_connect
+from proxy.tools.demo import run, summary
+from proxy.tools.rig.ports import can_connect
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.rig import ComponentStartError, ManagedProcess, free_port
-from proxy.rig.process import read_tail
+from proxy.tools.rig import ComponentStartError, ManagedProcess, free_port
+from proxy.tools.rig.process import read_tail
 
 
 def _alive(pid: int) -> bool:

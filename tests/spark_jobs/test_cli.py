@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy import cli
+from proxy.tools import cli
 
 
 def test_audit_report_passes_every_option_to_the_report(
@@ -41,9 +41,9 @@ def test_audit_report_passes_every_option_to_the_report(
 
 
 def test_the_ksidecar_command_does_not_load_spark() -> None:
-    code = "import proxy.cli; proxy.cli.main(['audit', 'report', '--help'])"
+    code = "import proxy.tools.cli; proxy.tools.cli.main(['audit', 'report', '--help'])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "--mirror" in result.stdout
-    check = "import sys, proxy.cli; print('pyspark' in sys.modules, 'matplotlib' in sys.modules)"
+    check = "import sys, proxy.tools.cli; print('pyspark' in sys.modules, 'matplotlib' in sys.modules)"
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert loaded.stdout.split() == ["False", "False"]

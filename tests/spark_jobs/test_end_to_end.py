@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from observers.audit_schema import ANONYMOUS
-from proxy.demo import consume, create_topic, produce
-from proxy.rig.sidecar import start_sidecar
+from proxy.tools.demo import consume, create_topic, produce
+from proxy.tools.rig.sidecar import start_sidecar
 from spark_jobs import report
 from tests.spark_jobs.report_check import parse, summary
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from proxy.rig.tansu import TansuServer
+    from proxy.tools.rig.tansu import TansuServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,0 +1,678 @@
+"""Sidecar configuration: every key, its type, default and meaning, in one table.
+
+Keys follow Kafka's ``server.properties`` names wherever Kafka has one; keys that are the
+sidecar's own start with ``sidecar.``. :data:`KEYS` is the single source of truth: it
+validates values at start (a bad value fails with the key, the value and what is
+allowed), and ``python -m proxy.config --markdown`` renders it as the reference table in
+``docs/configuration.md`` (a test keeps the two in step).
+
+Three families of keys are open-ended: ``tag.<name>`` (user tags served by
+BrokerMetadata), ``listener.name.<listener>.<key>`` (per-listener overrides) and
+``observer.<key>`` (handed to observers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.config.properties import read_properties
+
+log = logging.getLogger(__name__)
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_\-]*)://(?P<host>\[[^\]]*\]|[^:\[\]]*):(?P<port>\d+)$")
+_HOSTPORT = re.compile(r"^(?P<host>\[[^\]]*\]|[^:\[\]]+):(?P<port>\d+)$")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names key, value and rule."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """``name://host:port``, as in Kafka's ``listeners``."""
+
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """``host:port``."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _port(key: str, value: str, text: str, *, allow_zero: bool = False) -> int:
+    port = int(text)
+    if not (0 if allow_zero else 1) <= port <= 65535:
+        raise ConfigError(f"{key}={value!r}: port {port} is outside 1-65535")
+    return port
+
+
+def parse_endpoints(key: str, value: str) -> tuple[Endpoint, ...]:
+    """``PLAINTEXT://127.0.0.1:9092,SSL://:9093`` → endpoints (names unique)."""
+    endpoints: list[Endpoint] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        match = _LISTENER.match(item)
+        if match is None:
+            raise ConfigError(
+                f"{key}={value!r}: {item!r} is not name://host:port (e.g. PLAINTEXT://127.0.0.1:19092)"
+            )
+        host = match["host"].strip("[]")
+        endpoints.append(Endpoint(match["name"].upper(), host, _port(key, value, match["port"], allow_zero=True)))
+    names = [e.name for e in endpoints]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{key}={value!r}: listener name(s) {', '.join(duplicates)} appear twice")
+    return tuple(endpoints)
+
+
+def parse_hostport(key: str, value: str, *, allow_zero: bool = False) -> HostPort:
+    """``host:port`` (``[::1]:9092`` for IPv6); port 0 only where ``allow_zero``."""
+    match = _HOSTPORT.match(value.strip())
+    if match is None:
+        raise ConfigError(f"{key}={value!r}: expected host:port (e.g. 127.0.0.1:9092)")
+    return HostPort(match["host"].strip("[]"), _port(key, value, match["port"], allow_zero=allow_zero))
+
+
+def parse_address_map(key: str, value: str) -> dict[int, HostPort]:
+    """``1=host:port,2=host:port`` → {broker id: address}."""
+    result: dict[int, HostPort] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        node, sep, address = item.partition("=")
+        if not sep or not node.strip().lstrip("-").isdigit():
+            raise ConfigError(f"{key}={value!r}: {item!r} is not <broker id>=<host>:<port>")
+        result[int(node)] = parse_hostport(key, address)
+    return result
+
+
+def parse_protocol_map(key: str, value: str) -> dict[str, str]:
+    """``INTERNAL:PLAINTEXT,EXTERNAL:SSL`` → {listener name: security protocol}."""
+    result: dict[str, str] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        name, sep, protocol = item.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"{key}={value!r}: {item!r} is not <listener>:<{'|'.join(SECURITY_PROTOCOLS)}>"
+            )
+        result[name.strip().upper()] = protocol
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One configuration key: how to read it, its default, and its documentation."""
+
+    name: str
+    kind: str
+    default: str | None
+    doc: str
+    parse: Callable[[str, str], Any]
+    allowed: str = ""
+
+    def read(self, value: str) -> Any:
+        """Parse ``value``, turning any failure into a :class:`ConfigError` naming the key."""
+        try:
+            return self.parse(self.name, value)
+        except ConfigError:
+            raise
+        except (ValueError, TypeError):
+            raise ConfigError(
+                f"{self.name}={value!r}: expected {self.allowed or self.kind}"
+            ) from None
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], int]:
+    def parse(key: str, value: str) -> int:
+        number = int(value.strip())
+        if (lo is not None and number < lo) or (hi is not None and number > hi):
+            raise ConfigError(f"{key}={value!r}: must be {_range_text(lo, hi)}")
+        return number
+
+    return parse
+
+
+def _range_text(lo: int | None, hi: int | None) -> str:
+    if lo is not None and hi is not None:
+        return f"between {lo} and {hi}"
+    if lo is not None:
+        return f">= {lo}"
+    return f"<= {hi}"
+
+
+def _choice(*options: str) -> Callable[[str, str], str]:
+    def parse(key: str, value: str) -> str:
+        v = value.strip().lower()
+        if v not in options:
+            raise ConfigError(f"{key}={value!r}: must be one of {', '.join(options)}")
+        return v
+
+    return parse
+
+
+def _bool(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v not in ("true", "false"):
+        raise ConfigError(f"{key}={value!r}: must be true or false")
+    return v == "true"
+
+
+def _str(key: str, value: str) -> str:
+    return value.strip()
+
+
+def _optional_hostport(key: str, value: str) -> HostPort | None:
+    return parse_hostport(key, value, allow_zero=True) if value.strip() else None
+
+
+def parse_ip_counts(key: str, value: str) -> dict[str, int]:
+    """``1.2.3.4:100,10.0.0.1:5`` → {normalised IP: count}; IPv6 as ``[::1]:5``."""
+    import ipaddress
+
+    result: dict[str, int] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        address, sep, count = item.rpartition(":")
+        address = address.strip("[]")
+        try:
+            ip = str(ipaddress.ip_address(address))
+            number = int(count)
+        except ValueError:
+            raise ConfigError(f"{key}={value!r}: {item!r} is not <ip>:<integer>") from None
+        if not sep or number < 0:
+            raise ConfigError(f"{key}={value!r}: {item!r} is not <ip>:<integer >= 0>")
+        result[ip] = number
+    return result
+
+
+#: SASL mechanisms the sidecar can terminate.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def parse_mechanisms(key: str, value: str) -> tuple[str, ...]:
+    """``PLAIN,SCRAM-SHA-256`` → the mechanism names (upper case, no repeats)."""
+    names: list[str] = []
+    for item in (part.strip().upper() for part in value.split(",")):
+        if not item:
+            continue
+        if item not in SASL_MECHANISMS:
+            raise ConfigError(
+                f"{key}={value!r}: {item!r} is not supported (allowed: {', '.join(SASL_MECHANISMS)})"
+            )
+        if item not in names:
+            names.append(item)
+    if not names:
+        raise ConfigError(f"{key}={value!r}: name at least one of {', '.join(SASL_MECHANISMS)}")
+    return tuple(names)
+
+
+def _optional_mechanism(key: str, value: str) -> str:
+    if not value.strip():
+        return ""
+    names = parse_mechanisms(key, value)
+    if len(names) != 1:
+        raise ConfigError(f"{key}={value!r}: name one mechanism")
+    return names[0]
+
+
+def parse_principals(key: str, value: str) -> frozenset[str]:
+    """``User:alice;User:bob`` → the principals (Kafka separates ``super.users`` with ``;``)."""
+    result: set[str] = set()
+    for item in (part.strip() for part in value.split(";")):
+        if not item:
+            continue
+        kind, sep, name = item.partition(":")
+        if not sep or kind != "User" or not name:
+            raise ConfigError(f"{key}={value!r}: {item!r} is not User:<name>")
+        result.add(item)
+    return frozenset(result)
+
+
+_NO_LIMIT = "2147483647"
+
+
+_DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+
+#: Every fixed key the sidecar reads. Later issues add theirs here.
+KEYS: tuple[Key, ...] = (
+    Key("broker.id", "int", "-1",
+        "Node id of the broker this sidecar fronts. -1: learn it from the upstream at start "
+        "(the broker whose advertised address is `sidecar.upstream`, or the only broker).",
+        _int(-1), ">= -1"),
+    Key("listeners", "list", None,
+        "Client listeners, `NAME://host:port` comma-separated. The security protocol of each "
+        "comes from `listener.security.protocol.map`. Port 0 picks a free port (tests).",
+        parse_endpoints, "name://host:port[,...]"),
+    Key("advertised.listeners", "list", "",
+        "Addresses clients are told to use for this sidecar, per listener name. Empty: the "
+        "`listeners` value (a wildcard host such as 0.0.0.0 is refused).",
+        lambda k, v: parse_endpoints(k, v) if v.strip() else (), "name://host:port[,...]"),
+    Key("listener.security.protocol.map", "map", _DEFAULT_PROTOCOL_MAP,
+        "Listener name to security protocol.", parse_protocol_map,
+        "LISTENER:PROTOCOL[,...] with PROTOCOL in " + "|".join(SECURITY_PROTOCOLS)),
+    Key("sidecar.upstream", "host:port", None,
+        "The broker this sidecar fronts (usually on localhost in the same pod).",
+        parse_hostport, "host:port"),
+    Key("sidecar.upstream.security.protocol", "enum", "plaintext",
+        "How the sidecar talks to its broker.", _choice("plaintext", "ssl"), "plaintext|ssl"),
+    Key("sidecar.upstream.ssl.truststore.location", "path", "",
+        "PEM CA bundle that verifies the broker's certificate (SSL upstream). Empty: system CAs.",
+        _str),
+    Key("sidecar.upstream.ssl.endpoint.identification.enabled", "bool", "true",
+        "Check the broker certificate's host name (SSL upstream).", _bool, "true|false"),
+    Key("sidecar.upstream.connect.timeout.ms", "int", "10000",
+        "How long a new upstream connection may take before the client connection is closed.",
+        _int(1), ">= 1"),
+    Key("sidecar.upstream.api.versions.refresh.ms", "int", "60000",
+        "How often the sidecar re-learns the broker's ApiVersions on its control connection.",
+        _int(1000), ">= 1000"),
+    Key("zookeeper.connect", "string", "",
+        "ZooKeeper connect string with optional chroot (`127.0.0.1:2181/ksidecar`). Empty: run "
+        "standalone (no registration, no per-IP quota store, group APIs pass through).", _str),
+    Key("zookeeper.session.timeout.ms", "int", "18000", "ZooKeeper session timeout.",
+        _int(1000), ">= 1000"),
+    Key("socket.request.max.bytes", "int", "104857600",
+        "Largest request frame accepted from a client; a larger one closes the connection.",
+        _int(1), ">= 1"),
+    Key("sidecar.response.max.bytes", "int", "1073741824",
+        "Largest response frame accepted from the broker.", _int(1), ">= 1"),
+    Key("connections.max.idle.ms", "int", "600000",
+        "Close a client connection with no request in flight after this long idle.",
+        _int(1), ">= 1"),
+    Key("sidecar.max.in.flight.requests.per.connection", "int", "1000",
+        "Requests one client connection may have outstanding; at the bound the sidecar stops "
+        "reading that client until responses go out (backpressure).", _int(1), ">= 1"),
+    Key("sidecar.max.buffered.bytes.per.connection", "int", "67108864",
+        "Response bytes held for one client (waiting for earlier responses or the socket) "
+        "before the sidecar stops reading its requests.", _int(1024), ">= 1024"),
+    Key("sidecar.address.mapping", "enum", "auto",
+        "How broker addresses in responses become sidecar addresses: `offset` (same host, "
+        "port + `sidecar.address.port.offset`), `static` (`sidecar.address.map`), `zookeeper` "
+        "(sidecars registered under /brokers/ids), `auto` (zookeeper when "
+        "`zookeeper.connect` is set, else offset). A broker with no known sidecar address is "
+        "withheld, never passed through: dropped from broker lists, and a coordinator answer "
+        "becomes COORDINATOR_NOT_AVAILABLE (logged once, counted in "
+        "`ksidecar_rewrite_unmapped_total`).",
+        _choice("auto", "offset", "static", "zookeeper"), "auto|offset|static|zookeeper"),
+    Key("sidecar.address.port.offset", "int", "",
+        "Port offset for the `offset` mapping. Empty: this sidecar's first advertised port "
+        "minus its upstream's port.",
+        lambda k, v: _int(-65535, 65535)(k, v) if v.strip() else None, "an integer"),
+    Key("sidecar.address.map", "map", "",
+        "Static mapping `brokerId=host:port,...` for the `static` scheme.", parse_address_map,
+        "id=host:port[,...]"),
+    Key("sidecar.unsupported.request.policy", "enum", "respond",
+        "What to do with a request whose API key or version neither the sidecar nor the broker "
+        "supports: `respond` (KIP-35: a response holding only the correlation id, connection "
+        "kept) or `close` (as a Kafka broker does).", _choice("respond", "close"), "respond|close"),
+    Key("sidecar.broker.metadata.api.key", "int", "10035",
+        "API key of the BrokerMetadata request (seed 002); above Kafka's keys (0-92 in Kafka 4.1).",
+        _int(93, 32767), "93-32767"),
+    Key("message.max.bytes", "int", "1048588",
+        "Reported to clients in BrokerMetadata (`message.max.bytes` tag); set it to the broker's.",
+        _int(0), ">= 0"),
+    Key("sidecar.metrics.listener", "host:port", "127.0.0.1:9404",
+        "Where /metrics, /healthz and /readyz are served. Empty: no HTTP endpoint.",
+        _optional_hostport, "host:port or empty"),
+    Key("sidecar.shutdown.drain.ms", "int", "10000",
+        "On SIGTERM: stop accepting, then wait up to this long for in-flight requests.",
+        _int(0), ">= 0"),
+    Key("ssl.keystore.location", "path", "",
+        "PEM file holding this sidecar's certificate chain and private key (SSL listeners).",
+        _str),
+    Key("ssl.key.password", "password", "", "Password of the private key, if encrypted.", _str),
+    Key("ssl.truststore.location", "path", "",
+        "PEM CA bundle for verifying client certificates (`ssl.client.auth`).", _str),
+    Key("ssl.client.auth", "enum", "none", "Client certificate authentication on SSL listeners.",
+        _choice("none", "requested", "required"), "none|requested|required"),
+    Key("max.connection.creation.rate", "int", _NO_LIMIT,
+        "KIP-612: connections accepted per second, sidecar-wide (all listeners but "
+        "`inter.broker.listener.name`). Over it the acceptor waits (never drops). "
+        "2147483647: no limit. Per listener: `listener.name.<l>.max.connection.creation.rate`.",
+        _int(0), ">= 0"),
+    Key("inter.broker.listener.name", "string", "",
+        "The protected listener: it honours only its own connection limits (KIP-612, KIP-402).",
+        lambda k, v: v.strip().upper()),
+    Key("sidecar.connection.rate.smoothing", "bool", "true",
+        "Cap each quota window of the sidecar-wide and listener connection rates at "
+        "limit × window, so Kafka's burst on a fresh (or recycled) sensor is spread out. "
+        "false: Kafka's formula exactly (bursts of up to (quota.window.num - 1) × limit).",
+        _bool, "true|false"),
+    Key("quota.window.num", "int", "11", "Samples in a connection-rate sensor (Kafka's default).",
+        _int(1), ">= 1"),
+    Key("quota.window.size.seconds", "int", "1",
+        "Length of one sample; also the longest accept delay.", _int(1), ">= 1"),
+    Key("max.connections", "int", _NO_LIMIT,
+        "Open client connections, sidecar-wide; at the limit the acceptor waits for a slot. "
+        "Per listener: `listener.name.<l>.max.connections`.", _int(0), ">= 0"),
+    Key("max.connections.per.ip", "int", _NO_LIMIT,
+        "Open connections per client IP; one more is closed at once.", _int(0), ">= 0"),
+    Key("max.connections.per.ip.overrides", "map", "",
+        "Per-IP exceptions to `max.connections.per.ip`: `ip:count,...`.", parse_ip_counts,
+        "ip:count[,...]"),
+    Key("sidecar.ip.connection.creation.rate", "int", _NO_LIMIT,
+        "Per-IP connection rate quota used when ZooKeeper holds none (`/config/ips/<default>` "
+        "wins when set). Over it a connection is held for the delay, then closed.",
+        _int(0), ">= 0"),
+    Key("sidecar.ip.connection.creation.rate.overrides", "map", "",
+        "Per-IP quotas from config, `ip:rate,...` (ZooKeeper's `/config/ips/<ip>` wins).",
+        parse_ip_counts, "ip:rate[,...]"),
+    Key("sidecar.sasl.mode", "enum", "terminate",
+        "Who authenticates clients on SASL_PLAINTEXT/SASL_SSL listeners: `terminate` (the "
+        "sidecar answers SaslHandshake/SaslAuthenticate itself, then forwards over its own "
+        "link, and answers Describe/AlterUserScramCredentials) or `passthrough` (the broker "
+        "does; the exchange is forwarded untouched and the principal read from it).",
+        _choice("terminate", "passthrough"), "terminate|passthrough"),
+    Key("sasl.enabled.mechanisms", "list", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "Mechanisms a terminating SASL listener offers (Kafka's key; per listener: "
+        "`listener.name.<l>.sasl.enabled.mechanisms`). SCRAM credentials live in ZooKeeper "
+        "(`/config/users/<user>`), PLAIN users in `sidecar.sasl.plain.users.file`.",
+        parse_mechanisms, "comma-separated subset of " + ",".join(SASL_MECHANISMS)),
+    Key("sidecar.sasl.plain.users.file", "path", "",
+        "PLAIN users: a file of salted PBKDF2 hashes (`ksidecar users add NAME --plain-file "
+        "FILE`); re-read when its size or modification time changes. Empty: no PLAIN users.",
+        _str),
+    Key("connections.max.reauth.ms", "int", "0",
+        "KIP-368: session lifetime sent in SaslAuthenticate answers; a connection whose session "
+        "expired is closed at its next request unless it re-authenticates. 0: sessions never "
+        "expire.", _int(0), ">= 0"),
+    Key("connection.failed.authentication.delay.ms", "int", "100",
+        "KIP-306: after a failed authentication the error answer goes out and the connection "
+        "closes this much later (slows password guessing; lets clients read the answer).",
+        _int(0), ">= 0"),
+    Key("super.users", "list", "",
+        "Principals (`User:alice;User:bob`, Kafka's form) allowed to describe and alter SCRAM "
+        "credentials over the wire (DescribeUserScramCredentials/AlterUserScramCredentials). "
+        "`User:ANONYMOUS` admits unauthenticated listeners. Empty: only `ksidecar users`.",
+        parse_principals, "User:<name>[;...]"),
+    Key("sidecar.upstream.sasl.mechanism", "enum", "",
+        "How the control connection authenticates to a broker that requires SASL (passthrough "
+        "mode): empty (not at all), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+        _optional_mechanism, "empty|" + "|".join(SASL_MECHANISMS)),
+    Key("sidecar.upstream.sasl.username", "string", "",
+        "User of the control connection (`sidecar.upstream.sasl.mechanism`).", _str),
+    Key("sidecar.upstream.sasl.password", "password", "",
+        "Password of the control connection's user (never logged).", _str),
+    Key("sidecar.log.level", "enum", "info", "Log level.",
+        _choice("debug", "info", "warning", "error"), "debug|info|warning|error"),
+    # Observers (KIP-388; docs/observers.md). Observers also get every other observer.* key.
+    Key("observer.class.names", "list", "",
+        "Observers to load, comma-separated: a built-in name (`audit`, `prometheus`), an import "
+        "path (`observers.audit.AuditObserver`, `pkg.mod:Class`) or a name in the "
+        "`ksidecar.observers` entry-point group. Each is constructed with no arguments, "
+        "configured with the `observer.*` keys and closed on shutdown. Empty: none (free).",
+        _str, "name[,...]"),
+    Key("observer.close.timeout.ms", "int", "10000",
+        "On shutdown, how long observers may take to drain their queues and close (the audit "
+        "observer writes its last files then).", _int(0), ">= 0"),
+    Key("observer.queue.capacity", "int", "10000",
+        "Exchanges waiting for one observer before new ones are dropped (counted in "
+        "`ksidecar_observer_dropped_total`). Per observer: `observer.<name>.queue.capacity`.",
+        _int(1), ">= 1"),
+    Key("observer.overflow", "enum", "drop",
+        "What a full observer queue does: `drop` (the exchange, counted) or `block` (the "
+        "connection waits for room up to `observer.block.max.ms`: backpressure, then drop). "
+        "Per observer: `observer.<name>.overflow`.", _choice("drop", "block"), "drop|block"),
+    Key("observer.block.max.ms", "int", "5000",
+        "With `overflow=block`, the longest a connection waits for room before dropping. Per "
+        "observer: `observer.<name>.block.max.ms`.", _int(0), ">= 0"),
+    Key("observer.audit.dir", "path", "",
+        "Where the audit observer writes Parquet (`dt=YYYY-MM-DD/hour=HH/part-*.parquet`); "
+        "required when it is on.", _str),
+    Key("observer.audit.flush.interval.ms", "int", "1000",
+        "How often buffered audit rows are appended to disk (a journal that survives a killed "
+        "process): a SIGKILL loses at most this long's rows.", _int(1), ">= 1"),
+    Key("observer.audit.roll.rows", "int", "1000000",
+        "Rows after which an audit file is completed (made visible).", _int(1), ">= 1"),
+    Key("observer.audit.roll.bytes", "int", "134217728",
+        "Buffered (Arrow) bytes after which an audit file is completed; Parquet files come out "
+        "smaller.", _int(1), ">= 1"),
+    Key("observer.audit.roll.ms", "int", "300000",
+        "Age after which an audit file is completed even if small.", _int(1), ">= 1"),
+    Key("observer.audit.isolation", "enum", "thread",
+        "Where the audit observer does its work: `thread` (its worker thread in the sidecar "
+        "process, sharing the GIL with the data path) or `process` (a child process started "
+        "with the sidecar: the sidecar only packs each exchange and hands it over, large "
+        "frames picked first; the audit's metrics are reported back; docs/observers.md).",
+        _choice("thread", "process"), "thread|process"),
+    Key("observer.audit.queue.capacity", "int", "",
+        "Queue of the audit observer. Empty: `observer.queue.capacity`.",
+        lambda k, v: _int(1)(k, v) if v.strip() else None, ">= 1 or empty"),
+    Key("observer.audit.overflow", "enum", "",
+        "`drop` or `block` for the audit observer (block: no audit row is lost to a full "
+        "queue while the audit keeps up within `observer.audit.block.max.ms`). Empty: "
+        "`observer.overflow`.",
+        lambda k, v: _choice("drop", "block")(k, v) if v.strip() else None, "drop|block or empty"),
+    Key("observer.audit.block.max.ms", "int", "",
+        "With `observer.audit.overflow=block`, the longest wait for room. Empty: "
+        "`observer.block.max.ms`.", lambda k, v: _int(0)(k, v) if v.strip() else None,
+        ">= 0 or empty"),
+    Key("observer.prometheus.max.topics", "int", "1000",
+        "Distinct topic label values of `ksidecar_observed_*`; later topics count as `other`.",
+        _int(0), ">= 0"),
+    Key("observer.prometheus.max.principals", "int", "100",
+        "Distinct principal label values of `ksidecar_observed_*`; later ones count as `other`.",
+        _int(0), ">= 0"),
+)
+
+_BY_NAME = {k.name: k for k in KEYS}
+#: Per-listener overridable keys (``listener.name.<l>.<key>``).
+LISTENER_KEYS = (
+    "max.connection.creation.rate",
+    "max.connections",
+    "ssl.keystore.location",
+    "ssl.key.password",
+    "ssl.truststore.location",
+    "ssl.client.auth",
+    "sasl.enabled.mechanisms",
+)
+
+
+@dataclass(frozen=True)
+class SidecarConfig:
+    """Validated configuration. ``values`` holds every fixed key, parsed."""
+
+    values: Mapping[str, Any]
+    tags: Mapping[str, str] = field(default_factory=dict)
+    listener_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    observer: Mapping[str, str] = field(default_factory=dict)
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def listeners(self) -> tuple[Endpoint, ...]:
+        """The client listeners."""
+        result: tuple[Endpoint, ...] = self.values["listeners"]
+        return result
+
+    def advertised(self, name: str) -> Endpoint:
+        """The advertised endpoint of listener ``name``."""
+        advertised: tuple[Endpoint, ...] = self.values["advertised.listeners"] or self.listeners
+        for endpoint in advertised:
+            if endpoint.name == name:
+                return endpoint
+        raise KeyError(name)
+
+    def security_protocol(self, listener: str) -> str:
+        """The security protocol of listener ``listener``."""
+        mapping: dict[str, str] = self.values["listener.security.protocol.map"]
+        return mapping.get(listener, listener if listener in SECURITY_PROTOCOLS else "PLAINTEXT")
+
+    def is_sasl(self, listener: str) -> bool:
+        """True when ``listener`` is SASL_PLAINTEXT or SASL_SSL."""
+        return self.security_protocol(listener).startswith("SASL_")
+
+    def listener_value(self, listener: str, key: str) -> Any:
+        """``listener.name.<listener>.<key>`` if set, else ``key``."""
+        return self.listener_overrides.get(listener, {}).get(key, self.values[key])
+
+
+def build_config(raw: Mapping[str, str]) -> SidecarConfig:
+    """Validate raw key/values (after overrides) into a :class:`SidecarConfig`."""
+    values: dict[str, Any] = {}
+    tags: dict[str, str] = {}
+    overrides: dict[str, dict[str, Any]] = {}
+    observer: dict[str, str] = {}
+    for name, value in raw.items():
+        if name in _BY_NAME:
+            continue
+        if name.startswith("tag."):
+            tags[name[4:]] = value
+        elif name.startswith("observer."):
+            observer[name] = value
+        elif name.startswith("listener.name."):
+            listener, _, sub_key = name[len("listener.name.") :].partition(".")
+            if sub_key not in LISTENER_KEYS:
+                raise ConfigError(
+                    f"{name}: {sub_key!r} cannot be set per listener (allowed: {', '.join(LISTENER_KEYS)})"
+                )
+            overrides.setdefault(listener.upper(), {})[sub_key] = _BY_NAME[sub_key].read(value)
+        else:
+            log.warning("ignoring unknown configuration key %s", name)
+    for key in KEYS:
+        if key.name in raw:
+            values[key.name] = key.read(raw[key.name])
+        elif key.default is None:
+            raise ConfigError(f"{key.name} is required ({key.allowed or key.kind}): {key.doc}")
+        else:
+            values[key.name] = key.read(key.default)
+    _cross_check(values)
+    return SidecarConfig(values, tags, overrides, observer, dict(raw))
+
+
+def _cross_check(values: dict[str, Any]) -> None:
+    listeners: tuple[Endpoint, ...] = values["listeners"]
+    if not listeners:
+        raise ConfigError("listeners='': at least one listener is required")
+    names = {e.name for e in listeners}
+    advertised: tuple[Endpoint, ...] = values["advertised.listeners"]
+    for endpoint in advertised:
+        if endpoint.name not in names:
+            raise ConfigError(
+                f"advertised.listeners: {endpoint.name} is not one of the listeners ({', '.join(sorted(names))})"
+            )
+    for endpoint in advertised or listeners:
+        if endpoint.host in ("", "0.0.0.0", "::"):
+            raise ConfigError(
+                f"advertised.listeners: {endpoint} cannot be advertised; set advertised.listeners "
+                "to an address clients can reach"
+            )
+    protected = values["inter.broker.listener.name"]
+    if protected and protected not in names:
+        raise ConfigError(
+            f"inter.broker.listener.name={protected!r}: not one of the listeners ({', '.join(sorted(names))})"
+        )
+    if values["sidecar.address.mapping"] == "static" and not values["sidecar.address.map"]:
+        raise ConfigError("sidecar.address.mapping=static needs sidecar.address.map (id=host:port,...)")
+    if values["sidecar.address.mapping"] == "zookeeper" and not values["zookeeper.connect"]:
+        raise ConfigError("sidecar.address.mapping=zookeeper needs zookeeper.connect")
+    if values["sidecar.upstream.sasl.mechanism"] and not values["sidecar.upstream.sasl.username"]:
+        raise ConfigError("sidecar.upstream.sasl.mechanism is set but sidecar.upstream.sasl.username is empty")
+
+
+def observer_entries(config: SidecarConfig) -> dict[str, str]:
+    """What observers are configured with: every ``observer.*`` key as a string, the
+    documented ones (validated above) with their defaults, empty ones left out."""
+    entries = {
+        key.name: config.raw.get(key.name, key.default or "").strip()
+        for key in KEYS
+        if key.name.startswith("observer.")
+    }
+    entries.update(config.observer)
+    return {k: v for k, v in entries.items() if v}
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    """``KSIDECAR_BROKER_ID=3`` → ``broker.id=3`` (``_`` → ``.``, ``__`` → ``_``)."""
+    result: dict[str, str] = {}
+    for name, value in environ.items():
+        if name.startswith("KSIDECAR_") and len(name) > len("KSIDECAR_"):
+            key = name[len("KSIDECAR_") :].lower().replace("__", "\0").replace("_", ".").replace("\0", "_")
+            result[key] = value
+    return result
+
+
+def load_config(
+    path: str | None,
+    overrides: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SidecarConfig:
+    """File, then ``KSIDECAR_*`` environment, then explicit overrides (flags) win."""
+    env = os.environ if environ is None else environ
+    raw: dict[str, str] = read_properties(path, environ=env) if path else {}
+    raw.update(env_overrides(env))
+    raw.update(overrides or {})
+    return build_config(raw)
+
+
+def reference_markdown() -> str:
+    """The configuration reference table (docs/configuration.md)."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated by `python -m proxy.config --markdown` from `proxy/config/keys.py`; do not edit.",
+        "",
+        "A sidecar reads a Java `.properties` file (`ksidecar run --config FILE`). Values may use",
+        "`${NAME}` or `${NAME:-default}` from the environment. Environment variables",
+        "`KSIDECAR_<KEY>` (dots as `_`, underscores as `__`) override the file, and",
+        "`--set key=value` flags override both.",
+        "",
+        "Open-ended keys: `tag.<name>=<value>` (user tags served by BrokerMetadata),",
+        "`listener.name.<listener>.<key>` for " + ", ".join(f"`{k}`" for k in LISTENER_KEYS) + ",",
+        "and `observer.<key>` (handed to observers).",
+        "",
+        "| key | type | default | allowed | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for key in KEYS:
+        default = "(required)" if key.default is None else (f"`{key.default}`" if key.default else "(empty)")
+        lines.append(f"| `{key.name}` | {key.kind} | {default} | {key.allowed or key.kind} | {key.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m proxy.config --markdown`` prints the reference; ``--check FILE`` validates."""
+    parser = argparse.ArgumentParser(prog="python -m proxy.config")
+    parser.add_argument("--markdown", action="store_true", help="print the reference table")
+    parser.add_argument("--check", metavar="FILE", help="validate a properties file")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(reference_markdown())
+    if args.check:
+        try:
+            load_config(args.check)
+        except ValueError as exc:
+            print(f"invalid: {exc}", file=sys.stderr)
+            return 1
+        print("ok")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""Typed settings: what each component reads, built once from the key table.
+
+Components take one of these frozen objects instead of looking keys up in a
+:class:`~proxy.config.keys.SidecarConfig` (whose values are typed ``Any``): the key names
+appear once, here, and a component's tests build its settings directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxy.config.keys import SidecarConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectionSettings:
+    """One client connection's bounds (the data path)."""
+
+    #: ``sidecar.max.in.flight.requests.per.connection``: slots in the response FIFO.
+    max_in_flight: int = 1000
+    #: ``sidecar.max.buffered.bytes.per.connection``: ready answers not yet written.
+    max_buffered_bytes: int = 64 * 1024 * 1024
+    #: ``connections.max.idle.ms`` in seconds.
+    idle_timeout: float = 600.0
+    #: ``socket.request.max.bytes``: the largest request frame.
+    request_max_bytes: int = 104857600
+    #: ``sidecar.response.max.bytes``: the largest response frame.
+    response_max_bytes: int = 1073741824
+    #: ``sidecar.unsupported.request.policy``: ``respond`` (KIP-35) or ``close``.
+    unsupported_policy: str = "respond"
+
+    @classmethod
+    def from_config(cls, config: SidecarConfig) -> ConnectionSettings:
+        """The settings the key table holds."""
+        return cls(
+            max_in_flight=config["sidecar.max.in.flight.requests.per.connection"],
+            max_buffered_bytes=config["sidecar.max.buffered.bytes.per.connection"],
+            idle_timeout=config["connections.max.idle.ms"] / 1000,
+            request_max_bytes=config["socket.request.max.bytes"],
+            response_max_bytes=config["sidecar.response.max.bytes"],
+            unsupported_policy=config["sidecar.unsupported.request.policy"],
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaslSettings:
+    """SASL on one listener."""
+
+    #: ``sidecar.sasl.mode`` is ``terminate`` (the sidecar authenticates).
+    terminate: bool = True
+    #: ``[listener.name.<l>.]sasl.enabled.mechanisms``.
+    mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    #: ``connections.max.reauth.ms`` (0: sessions never expire).
+    reauth_ms: int = 0
+    #: ``connection.failed.authentication.delay.ms`` in seconds.
+    failure_delay: float = 0.1
+    #: ``sidecar.sasl.plain.users.file`` ("" for none).
+    plain_users_file: str = ""
+
+    @classmethod
+    def from_config(cls, config: SidecarConfig, listener: str) -> SaslSettings:
+        """The settings of ``listener``."""
+        return cls(
+            terminate=config["sidecar.sasl.mode"] == "terminate",
+            mechanisms=tuple(config.listener_value(listener, "sasl.enabled.mechanisms")),
+            reauth_ms=config["connections.max.reauth.ms"],
+            failure_delay=config["connection.failed.authentication.delay.ms"] / 1000,
+            plain_users_file=config["sidecar.sasl.plain.users.file"],
+        )

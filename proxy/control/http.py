@@ -1,0 +1,100 @@
+"""The sidecar's small HTTP endpoint: ``/metrics``, ``/healthz`` and ``/readyz``.
+
+Deliberately minimal (one request per connection, GET only, bounded request size and
+time): it serves Prometheus and Kubernetes probes, nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from proxy.config import HostPort
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST = 8192
+REQUEST_TIMEOUT = 5.0
+
+
+class Probed(Protocol):
+    """What the endpoint needs of the sidecar."""
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """The registry ``/metrics`` exports."""
+        ...
+
+    def readiness(self) -> str | None:
+        """``None`` when ready, else why not (``/readyz``)."""
+        ...
+
+    def before_scrape(self) -> None:
+        """Bring gauges up to date before ``/metrics`` is rendered."""
+        ...
+
+
+def _response(status: str, content_type: str, body: bytes) -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def route(sidecar: Probed, method: str, path: str) -> bytes:
+    """The whole HTTP response for one request line."""
+    path = path.split("?", 1)[0]
+    if method not in ("GET", "HEAD"):
+        return _response("405 Method Not Allowed", "text/plain", b"GET only\n")
+    if path == "/metrics":
+        sidecar.before_scrape()
+        return _response("200 OK", CONTENT_TYPE_LATEST, generate_latest(sidecar.metrics_registry))
+    if path == "/healthz":
+        return _response("200 OK", "text/plain", b"ok\n")
+    if path == "/readyz":
+        why = sidecar.readiness()
+        if why is None:
+            return _response("200 OK", "text/plain", b"ready\n")
+        return _response("503 Service Unavailable", "text/plain", f"not ready: {why}\n".encode())
+    return _response("404 Not Found", "text/plain", b"try /metrics, /healthz or /readyz\n")
+
+
+async def _serve_one(sidecar: Probed, stream: trio.abc.Stream) -> None:
+    try:
+        data = b""
+        with trio.move_on_after(REQUEST_TIMEOUT):
+            while b"\r\n\r\n" not in data and b"\n\n" not in data and len(data) < MAX_REQUEST:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                data += chunk
+        line = data.split(b"\r\n", 1)[0].decode("latin-1").split()
+        if len(line) < 2:
+            await stream.send_all(_response("400 Bad Request", "text/plain", b"bad request\n"))
+        else:
+            response = route(sidecar, line[0], line[1])
+            if line[0] == "HEAD":  # the same head, no body (RFC 9110, 9.3.2)
+                response = response.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+            await stream.send_all(response)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def serve_http(
+    sidecar: Probed, address: HostPort, *, task_status: trio.TaskStatus[HostPort] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve the endpoint on ``address`` (port 0: any free port) until cancelled."""
+    listeners = await trio.open_tcp_listeners(address.port, host=address.host)
+    bound = HostPort(address.host, listeners[0].socket.getsockname()[1])
+    log.info("metrics on http://%s/metrics", bound)
+    task_status.started(bound)
+    async def handler(stream: trio.SocketStream) -> None:
+        await _serve_one(sidecar, stream)
+
+    await trio.serve_listeners(handler, listeners)

@@ -1,0 +1,421 @@
+"""The composition root: one sidecar's parts, built from its configuration and wired together.
+
+:class:`Sidecar` builds every part once (the upstream link, the ZooKeeper session and the
+stores that share it, the accept gate, the observer hub, one local-API table and router per
+listener) and hands each only the narrow ports it needs; nothing below imports this module.
+``serve`` runs until cancelled or until :meth:`Sidecar.drain` finishes; it reports readiness
+with ``task_status.started(sidecar)`` once every listener is bound, so tests and the CLI know
+the real ports (port 0 picks a free one).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+
+import trio
+from prometheus_client import CollectorRegistry
+
+from protocol.apis import PRODUCE, ApiRegistry
+from proxy.auth.gate import Gate, ListenerAuth
+from proxy.config import Endpoint, HostPort, SidecarConfig
+from proxy.config.settings import ConnectionSettings, SaslSettings
+from proxy.control.acceptor import serve_listener
+from proxy.control.gate_config import gate_config
+from proxy.control.http import serve_http
+from proxy.control.observing import load_hub, run_hub
+from proxy.control.quota_metrics import register_quota_metrics
+from proxy.control.quota_state import IpQuotas
+from proxy.control.registration import Registration
+from proxy.control.tls import listener_ssl_context, upstream_ssl_context
+from proxy.control.upstream import Upstream, upstream_login
+from proxy.control.users import ScramUsers
+from proxy.control.zk import ZooKeeper
+from proxy.datapath.addressing import (
+    AddressBook,
+    OffsetAddressBook,
+    RegisteredAddressBook,
+    StaticAddressBook,
+)
+from proxy.datapath.connection import Connection, Parts
+from proxy.datapath.metrics import SidecarMetrics
+from proxy.datapath.rewrite import Rewriter
+from proxy.datapath.routing import Router
+from proxy.local.api import Context
+from proxy.local.broker_metadata import builtin_tags
+from proxy.local.ports import BrokerEntry, Ports
+from proxy.local.sasl import SaslApis
+from proxy.local.table import TableSpec, build_table
+from quotas.gate import AcceptGate
+
+log = logging.getLogger(__name__)
+
+TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
+class Sidecar:
+    """One sidecar: its parts, and the tasks that serve it."""
+
+    def __init__(self, config: SidecarConfig) -> None:
+        self.config = config
+        self.registry = ApiRegistry(config["sidecar.broker.metadata.api.key"])
+        self.metrics = SidecarMetrics(self.registry)
+        self.upstream = Upstream(
+            config["sidecar.upstream"],
+            ssl_context=upstream_ssl_context(config),
+            connect_timeout=config["sidecar.upstream.connect.timeout.ms"] / 1000,
+            registry=self.registry,
+            login=upstream_login(config),
+        )
+        connect: str = config["zookeeper.connect"]
+        #: The one ZooKeeper session every store shares (``None``: standalone).
+        self.zk = ZooKeeper(connect, config["zookeeper.session.timeout.ms"] / 1000) if connect else None
+        self.ip_quotas = IpQuotas(
+            config["sidecar.ip.connection.creation.rate"],
+            config["sidecar.ip.connection.creation.rate.overrides"],
+            self.zk,
+        )
+        self.users = ScramUsers(self.zk)
+        self.registered = RegisteredAddressBook()
+        self.address_book: AddressBook = self.registered  # replaced in serve() once bound
+        self.registration = Registration(self.zk, self, self.registered.replace) if self.zk else None
+        self.bound: dict[str, HostPort] = {}
+        self.connections: set[Connection] = set()
+        self.metrics_address: HostPort | None = None
+        self.draining = False
+        self.gate = AcceptGate(gate_config(config), self.ip_quotas.rate_for)
+        self._listener_scopes: list[trio.CancelScope] = []
+        self._unmapped_logged: set[tuple[str, int]] = set()
+        self._slot_freed = trio.Event()
+        self._parts: dict[str, Parts] = {}
+        register_quota_metrics(self.metrics.registry, self.gate, [e.name for e in config.listeners])
+        #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
+        self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id)
+        self.ports = Ports(
+            upstream=self.upstream,
+            brokers=self,
+            quotas=self.ip_quotas,
+            users=self.users if self._owns_scram_users() else None,
+            super_users=config["super.users"],
+        )
+        self.connection_settings = ConnectionSettings.from_config(config)
+
+    # -- identity (the registrant and the broker directory) ------------------------------
+
+    @property
+    def broker_id(self) -> int:
+        """``broker.id``, or the id learned from the upstream (-1 while unknown)."""
+        configured: int = self.config["broker.id"]
+        if configured >= 0:
+            return configured
+        info = self.upstream.info
+        return info.node_id if info is not None and info.node_id is not None else -1
+
+    async def wait_broker_id(self) -> int:
+        """The broker id, once known."""
+        while self.broker_id < 0:
+            await self.upstream.wait_learned()
+            if self.broker_id < 0:  # the broker did not say which node it is
+                raise RuntimeError("broker.id=-1 but the broker's Metadata does not name it")
+        return self.broker_id
+
+    def advertised(self, listener: str) -> Endpoint:
+        """The endpoint clients are told for ``listener`` (bound port when port was 0)."""
+        endpoint = self.config.advertised(listener)
+        if endpoint.port == 0 and listener in self.bound:
+            return Endpoint(endpoint.name, endpoint.host, self.bound[listener].port)
+        return endpoint
+
+    def advertised_endpoints(self) -> list[Endpoint]:
+        """Every advertised endpoint, in listener order."""
+        return [self.advertised(e.name) for e in self.config.listeners]
+
+    def security_protocol(self, listener: str) -> str:
+        """The security protocol of ``listener``."""
+        return self.config.security_protocol(listener)
+
+    def upstream_text(self) -> str:
+        """The upstream broker, as configured."""
+        return str(self.config["sidecar.upstream"])
+
+    def tags(self) -> dict[str, str]:
+        """Builtin BrokerMetadata tags, then the operator's ``tag.*`` tags."""
+        info = self.upstream.info
+        produce = info.api_versions.get(PRODUCE) if info is not None else None
+        formats = "v0,v1,v2" if produce is not None and produce[0] <= 2 else "v2"
+        endpoints = [f"{e.name.lower()}://{e.host}:{e.port}" for e in self.advertised_endpoints()]
+        tags = builtin_tags(self.broker_id, endpoints, self.config["message.max.bytes"], formats)
+        tags.update(self.config.tags)
+        return tags
+
+    def broker_entries(self, listener: str) -> tuple[BrokerEntry, list[BrokerEntry]]:
+        """This sidecar and the others it knows of, as BrokerMetadata entries."""
+        mine = self.advertised(listener)
+        me = BrokerEntry(self.broker_id, mine.host, mine.port, self.tags())
+        others: list[BrokerEntry] = []
+        if self.registration is not None:
+            others = [e for e in self.registration.entries(listener) if e.node_id != me.node_id]
+        elif self.upstream.info is not None:
+            for broker in self.upstream.info.brokers:
+                if broker.node_id == me.node_id:
+                    continue
+                address = self.address_book.lookup(broker.node_id, broker.host, broker.port, listener)
+                if address is not None:
+                    others.append(BrokerEntry(broker.node_id, address.host, address.port,
+                                              {"broker.id": str(broker.node_id)}))
+        return me, others
+
+    def log_unmapped(self, api_name: str, node_id: int) -> None:
+        """Log an unmapped broker id once per (API, id) (counted every time in metrics)."""
+        self.metrics.unmapped.labels(api_name).inc()
+        key = (api_name, node_id)
+        if key not in self._unmapped_logged and len(self._unmapped_logged) < 1000:
+            self._unmapped_logged.add(key)
+            log.warning(
+                "%s response names broker %d, which has no known sidecar address; the entry is "
+                "withheld from clients (see sidecar.address.mapping)", api_name, node_id,
+            )
+
+    # -- health (the HTTP endpoint's view) ------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """True when listeners are bound and the upstream answers."""
+        return self.readiness() is None
+
+    def readiness(self) -> str | None:
+        """``None`` when ready, else why not."""
+        if self.draining:
+            return "draining"
+        if not self.bound:
+            return "not listening"
+        if not self.upstream.healthy:
+            return "upstream not reachable"
+        return None
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """The registry ``/metrics`` exports."""
+        return self.metrics.registry
+
+    def before_scrape(self) -> None:
+        """Bring the upstream gauge up to date."""
+        self.metrics.upstream_up.set(1 if self.upstream.healthy else 0)
+
+    # -- per-IP quotas (kept for the CLI and tests) ----------------------------------------
+
+    def ip_quota(self, ip: str) -> float | None:
+        """The per-IP connection rate quota for ``ip`` (``None``: unlimited)."""
+        return self.ip_quotas.rate_for(ip)
+
+    def set_ip_quotas(self, snapshot: dict[str | None, float]) -> None:
+        """Install a new snapshot of per-IP quotas (applies to new connections)."""
+        self.ip_quotas.install(snapshot)
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    def _owns_scram_users(self) -> bool:
+        """True when this sidecar answers the SCRAM credential APIs (it terminates SASL)."""
+        config = self.config
+        return (
+            config["sidecar.sasl.mode"] == "terminate"
+            and self.zk is not None
+            and any(config.is_sasl(e.name) for e in config.listeners)
+        )
+
+    def parts_for(self, listener: str) -> Parts:
+        """What every connection of ``listener`` is built from (built once)."""
+        parts = self._parts.get(listener)
+        if parts is not None:
+            return parts
+        auth: ListenerAuth | None = None
+        sasl: SaslApis | None = None
+        if self.config.is_sasl(listener):
+            auth = ListenerAuth(
+                listener, SaslSettings.from_config(self.config, listener), self.users.credential,
+                lambda *labels: self.metrics.sasl_authentications.labels(*labels).inc(),
+                has_zookeeper=self.zk is not None,
+            )
+            sasl = SaslApis(auth) if auth.terminating else None
+        table = build_table(
+            self.registry, TableSpec(sasl=sasl, scram_credentials=self.ports.users is not None)
+        )
+        rewriter = Rewriter(self.address_book, listener, self._unmapped)
+        router = Router(self.registry, table, self.upstream, rewriter,
+                        lambda api: self.metrics.rewrites.labels(api).inc())
+        hub = self.observers
+        registry = self.registry
+
+        def gate(context: Context) -> Gate | None:
+            if auth is None:
+                return None
+            if auth.terminating:
+                context.sasl = auth.session()
+            return auth.gate(context, registry, context.sasl)
+
+        parts = self._parts[listener] = Parts(
+            settings=self.connection_settings,
+            registry=self.registry,
+            router=router,
+            metrics=self.metrics,
+            open_upstream=self.upstream.connect,
+            gate=gate,
+            tap=(lambda c: hub.tap(c.listener, c.peer[0], c.peer[1], self.broker_id)) if hub else (lambda c: None),
+        )
+        return parts
+
+    def _unmapped(self, api_name: str, node_id: int) -> None:
+        self.log_unmapped(api_name, node_id)
+
+    def _build_address_book(self) -> AddressBook:
+        scheme = self.config["sidecar.address.mapping"]
+        if scheme == "auto":
+            scheme = "zookeeper" if self.zk is not None else "offset"
+        if scheme == "static":
+            return StaticAddressBook(self.config["sidecar.address.map"])
+        if scheme == "zookeeper":
+            return self.registered
+        fixed = self.config["sidecar.address.port.offset"]
+        upstream_port = self.config["sidecar.upstream"].port
+        offsets = {
+            e.name: fixed if fixed is not None else self.advertised(e.name).port - upstream_port
+            for e in self.config.listeners
+        }
+        return OffsetAddressBook(offsets)
+
+    # -- serving ---------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[Sidecar] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the sidecar until cancelled or drained."""
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    self.upstream.refresh_forever,
+                    self.config["sidecar.upstream.api.versions.refresh.ms"] / 1000,
+                )
+                if not self.upstream.healthy:
+                    log.warning("upstream %s not reachable yet; clients will be refused until it is",
+                                self.upstream.address)
+                listeners: list[tuple[Endpoint, list[trio.SocketListener]]] = []
+                for endpoint in self.config.listeners:
+                    sockets = await trio.open_tcp_listeners(endpoint.port, host=endpoint.host or None)
+                    port = sockets[0].socket.getsockname()[1]
+                    self.bound[endpoint.name] = HostPort(endpoint.host, port)
+                    listeners.append((endpoint, sockets))
+                self.address_book = self._build_address_book()
+                if self.zk is not None:
+                    await self.zk.start()
+                    await self.ip_quotas.start()
+                    await self.users.start()
+                    assert self.registration is not None
+                    await nursery.start(self.registration.run)
+                metrics_at: HostPort | None = self.config["sidecar.metrics.listener"]
+                if metrics_at is not None:
+                    self.metrics_address = await nursery.start(serve_http, self, metrics_at)
+                for endpoint, sockets in listeners:
+                    nursery.start_soon(self._accept, endpoint, sockets)
+                nursery.start_soon(self._expire_ip_sensors)
+                if self.observers is not None:
+                    nursery.start_soon(
+                        run_hub, self.observers, self.config["observer.close.timeout.ms"] / 1000
+                    )
+                log.info(
+                    "sidecar broker.id=%d listening on %s, upstream %s%s", self.broker_id,
+                    ", ".join(f"{n}://{a}" for n, a in self.bound.items()), self.upstream.address,
+                    "" if self.zk is not None else " (standalone: no ZooKeeper)",
+                )
+                task_status.started(self)
+        finally:
+            if self.zk is not None:
+                await self.zk.close()
+
+    async def _accept(self, endpoint: Endpoint, sockets: list[trio.SocketListener]) -> None:
+        context = listener_ssl_context(self.config, endpoint.name)
+        # One scope per listener (a CancelScope enters one `with` only). Connections live
+        # in their own nursery: drain() cancels (and closes) only the accepting sockets,
+        # so in-flight requests can still complete.
+        scope = trio.CancelScope()
+        self._listener_scopes.append(scope)
+        if self.draining:
+            scope.cancel()
+        async with trio.open_nursery() as connections:
+            with scope:
+                try:
+                    await serve_listener(self, endpoint.name, sockets, context, connections)
+                finally:
+                    for socket_listener in sockets:
+                        await trio.aclose_forcefully(socket_listener)
+
+    async def _expire_ip_sensors(self) -> None:
+        """Drop per-IP rate sensors idle for an hour (Kafka expires them too)."""
+        while True:
+            await trio.sleep(60)
+            dropped = self.gate.expire(int(trio.current_time() * 1000))
+            if dropped:
+                log.debug("expired %d idle per-IP connection-rate sensor(s)", dropped)
+
+    async def wait_slot_freed(self) -> None:
+        """Wait until some admitted connection closes (``max.connections``)."""
+        await self._slot_freed.wait()
+
+    def _free_slot(self) -> None:
+        self._slot_freed.set()
+        self._slot_freed = trio.Event()
+
+    async def serve_connection(
+        self, stream: trio.SocketStream, listener: str, context: ssl.SSLContext | None, ip: str
+    ) -> None:
+        """Serve one admitted connection; give its quota slot back when it ends."""
+        try:
+            await self._handle(stream, listener, context)
+        finally:
+            self.gate.release(listener, ip)
+            self._free_slot()
+
+    async def _handle(
+        self, stream: trio.abc.Stream, listener: str, tls_context: ssl.SSLContext | None
+    ) -> None:
+        try:
+            assert isinstance(stream, trio.SocketStream)
+            peer = stream.socket.getpeername()[:2]
+        except OSError:
+            await trio.aclose_forcefully(stream)
+            return
+        self.metrics.connections.labels(listener).inc()
+        client: trio.abc.Stream = stream
+        if tls_context is not None:
+            tls = trio.SSLStream(stream, tls_context, server_side=True)
+            try:
+                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT):
+                    await tls.do_handshake()
+            except (trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError) as exc:
+                self.metrics.errors.labels("tls_handshake").inc()
+                self.metrics.connections_closed.labels(listener, "tls_handshake").inc()
+                log.info("TLS handshake with %s:%d on %s failed: %s", peer[0], peer[1], listener, exc)
+                await trio.aclose_forcefully(stream)
+                return
+            client = tls
+        context = Context(listener=listener, peer=(peer[0], peer[1]), ports=self.ports)
+        connection = Connection(self.parts_for(listener), client, context)
+        self.connections.add(connection)
+        gauge = self.metrics.connections_active.labels(listener)
+        gauge.inc()
+        try:
+            await connection.run()
+        finally:
+            gauge.dec()
+            self.connections.discard(connection)
+
+    async def drain(self, deadline: float | None = None) -> None:
+        """Stop accepting, let in-flight requests finish (up to the drain time), then return."""
+        timeout = self.config["sidecar.shutdown.drain.ms"] / 1000 if deadline is None else deadline
+        self.draining = True
+        for scope in self._listener_scopes:
+            scope.cancel()
+        for connection in list(self.connections):
+            connection.stop_reading()
+        with trio.move_on_after(timeout):
+            while self.connections:
+                await trio.sleep(0.01)
+        if self.connections:
+            log.warning("drain deadline passed with %d connection(s) still busy", len(self.connections))

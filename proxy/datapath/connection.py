@@ -1,0 +1,621 @@
+"""One client connection: the client pump, the upstream pump and the writer.
+
+* the **client pump** reads request frames; each passes the listener's admission rule
+  (SASL), then the :class:`~proxy.datapath.routing.Router` says whether a local API
+  answers it, the broker does (the original bytes are forwarded), or nobody can (KIP-35
+  "unsupported");
+* the **upstream pump** reads response frames, pairs each with its request through the
+  :class:`~protocol.correlation.CorrelationTracker`, and rewrites broker addresses where a
+  response names brokers;
+* the **writer** sends answers strictly in request order (:mod:`proxy.datapath.responder`).
+
+A local answer that must wait (:class:`~proxy.local.api.Later`) runs in the connection's
+nursery and fills its slot when done; the pump does not wait for it (unless it asks to
+hold, as a SASL login does), and requests gathered for the broker go at once.
+
+A connection is built from its parts (:class:`Parts`: settings, registry, router, local
+table, metrics, and an ``open_upstream`` factory) and a client stream, so everything here
+runs on ``trio.testing.memory_stream_pair`` under a virtual clock (tests/proxy/datapath).
+
+Backpressure: the client pump stops reading while the FIFO holds
+``sidecar.max.in.flight.requests.per.connection`` slots (answers-later included) or the
+ready answers waiting for the client exceed ``sidecar.max.buffered.bytes.per.connection``.
+
+Every way a connection ends is one log line and one ``ksidecar_connections_closed``
+reason; errors on one connection never reach another.
+
+Cost per frame (``python -m tests.bench --profile``): frames are memoryview slices of the
+bytes each read returned and go upstream as they are; only the request header is decoded
+(from a bounded view, :data:`HEADER_VIEW`); metric children are resolved once per API; the
+idle timeout is one watchdog task per connection, not a cancel scope per read; responses
+are only scanned, never decoded, unless they name brokers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import trio
+
+from observers.hub import Tap
+from protocol.apis import ALTER_USER_SCRAM_CREDENTIALS, SASL_AUTHENTICATE, ApiRegistry
+from protocol.correlation import CorrelationTracker, FrameKind, InFlight
+from protocol.errors import FrameError, ProtocolError
+from protocol.framing import EOF, NEED_DATA, FrameDecoder, size_prefix
+from protocol.headers import RequestHeader, encode_response_header, peek_correlation_id
+from protocol.schema import decode, encode
+from proxy.auth.gate import RAW_TOKEN, Gate, PassthroughGate, Refusal
+from proxy.config.settings import ConnectionSettings
+from proxy.datapath.errors import ConnectionClosed, UpstreamError, frame_cause, reason_of
+from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
+from proxy.datapath.responder import Responses, Slot
+from proxy.datapath.routing import FORWARD, Router
+from proxy.local.api import Answer, Close, Context, Later, LocalApi, LocalRequest, Respond
+
+log = logging.getLogger(__name__)
+
+RECEIVE_SIZE = 65536
+#: Reads from the broker: Fetch responses run to megabytes, and each read is a trip
+#: through the event loop and a chunk the frame decoder gathers.
+UPSTREAM_RECEIVE_SIZE = 262144
+#: Header decoding is given at most this much of a frame: a request header or a
+#: response's correlation id lies in the first bytes (a longer header is retried on the
+#: whole frame), so a megabyte Produce is never copied to read its header.
+HEADER_VIEW = 65536
+#: acks=0 Produce requests remembered per connection in case the broker answers them.
+MAX_SILENT_PRODUCES = 1024
+#: How often a connection held up by a blocking observer looks again for room (seconds).
+BLOCKED_POLL = 0.001
+#: Requests whose bodies carry secrets (SaslAuthenticate: a PLAIN password or SCRAM proof;
+#: AlterUserScramCredentials: salted passwords): observers get their header facts only.
+SECRET_REQUESTS = frozenset({SASL_AUTHENTICATE, ALTER_USER_SCRAM_CREDENTIALS})
+#: How long a closing connection waits for the answers it still owes (a refused login).
+CLOSE_FLUSH_TIMEOUT = 5.0
+
+#: Opens a link to the broker; raises :class:`UpstreamError` when it cannot.
+OpenUpstream = Callable[[], Awaitable[trio.abc.Stream]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parts:
+    """What every connection of one listener is built from (shared, read-only)."""
+
+    settings: ConnectionSettings
+    registry: ApiRegistry
+    router: Router
+    metrics: SidecarMetrics
+    open_upstream: OpenUpstream
+    #: A new connection's admission gate (SASL listeners), or ``None``.
+    gate: Callable[[Context], Gate | None] = lambda _context: None
+    #: A new connection's observer tap (KIP-388), or ``None`` when there are no observers.
+    tap: Callable[[Context], Tap | None] = lambda _context: None
+
+
+@dataclass
+class ConnectionStats:
+    """Counters one connection keeps (for logs and tests)."""
+
+    requests: int = 0
+    responses: int = 0
+    local: int = 0
+    forwarded_bytes: int = 0
+    rewritten: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Connection:
+    """A client connection and its upstream link; :meth:`run` serves it to the end."""
+
+    def __init__(self, parts: Parts, client: trio.abc.Stream, context: Context) -> None:
+        self.parts = parts
+        self.client = client
+        self.context = context
+        self.listener = context.listener
+        self.peer = context.peer
+        settings = parts.settings
+        self.max_in_flight = settings.max_in_flight
+        self.max_buffered = settings.max_buffered_bytes
+        self.idle_timeout = settings.idle_timeout
+        self.registry = parts.registry
+        self.router = parts.router
+        self.metrics = parts.metrics
+        #: The hand-off to observers (KIP-388); ``None`` when there are none: no cost.
+        self.tap = parts.tap(context)
+        self.gate = parts.gate(context)
+        self.tracker = CorrelationTracker(parts.registry)
+        self.responses = Responses()
+        self.upstream_slots: deque[Slot] = deque()
+        # Produce requests with acks=0 sent upstream, as (correlation id, responses the
+        # upstream owed before it): Kafka never answers them, but some brokers do (Tansu
+        # 0.6); such an answer is recognised by position and id and dropped (_unasked).
+        self.silent_produces: deque[tuple[int, int]] = deque(maxlen=MAX_SILENT_PRODUCES)
+        self.upstream_expected = 0
+        self.upstream_answered = 0
+        self.stats = ConnectionStats()
+        self._reading = True
+        self.read_scope = trio.CancelScope()
+        self._nursery: trio.Nursery | None = None
+        #: When the client last sent bytes (the idle watchdog's reference).
+        self.last_receive = trio.current_time()
+
+    @property
+    def principal(self) -> str:
+        """Who the client is: ``User:<name>`` once SASL authenticated it, else anonymous."""
+        return self.context.principal
+
+    @property
+    def slots(self) -> deque[Slot]:
+        """The response FIFO (for tests and the drain)."""
+        return self.responses.slots
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve the connection until it ends; never raises for a peer's fault."""
+        metrics = self.metrics
+        reason, detail = "client_closed", ""
+        upstream: trio.abc.Stream | None = None
+        try:
+            upstream = await self.parts.open_upstream()
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._client_pump, upstream, nursery.cancel_scope)
+                nursery.start_soon(self._upstream_pump, upstream)
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._idle_watchdog)
+        except UpstreamError as exc:
+            reason, detail = "upstream_unreachable", str(exc)
+        except BaseExceptionGroup as group:
+            reason, detail = reason_of(group)
+        finally:
+            if self.tap is not None:
+                self._observe_unanswered()
+            if upstream is not None:
+                await trio.aclose_forcefully(upstream)
+            await trio.aclose_forcefully(self.client)
+        if reason not in ("client_closed", "drained"):
+            metrics.errors.labels(reason).inc()
+            log.info(
+                "closed %s:%d on %s: %s%s", self.peer[0], self.peer[1], self.listener, reason,
+                f" ({detail})" if detail else "",
+            )
+        metrics.connections_closed.labels(self.listener, reason).inc()
+
+    def stop_reading(self) -> None:
+        """Stop taking new requests (shutdown drain); in-flight ones still complete."""
+        self.read_scope.cancel()
+
+    # -- client side -------------------------------------------------------------------
+
+    async def _client_pump(self, upstream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        decoder = FrameDecoder(self.parts.settings.request_max_bytes)
+        receive = self.client.receive_some
+        with self.read_scope:
+            while True:
+                await self._wait_for_capacity()
+                data = await receive(RECEIVE_SIZE)
+                self.last_receive = trio.current_time()
+                decoder.receive_data(data)
+                parts: list[bytes | memoryview] = []
+                while True:
+                    try:
+                        frame = decoder.next_frame()
+                    except FrameError as exc:
+                        raise ConnectionClosed(frame_cause(exc), str(exc)) from None
+                    except ProtocolError as exc:  # EOF inside a frame
+                        raise ConnectionClosed("truncated", str(exc)) from None
+                    if frame is EOF:
+                        await self._send_upstream(upstream, parts)
+                        scope.cancel()  # the client is gone: answers cannot be delivered
+                        return
+                    if frame is NEED_DATA:
+                        break
+                    if self._at_capacity():
+                        # One read can hold many requests: the bound holds per request.
+                        # Send what is gathered first, or its answers could never come.
+                        await self._send_upstream(upstream, parts)
+                        await self._wait_for_capacity()
+                    await self._on_request(frame, parts, upstream)
+                await self._send_upstream(upstream, parts)
+        # Draining: no more requests; let the writer finish what is in flight.
+        self._reading = False
+        self.responses.wake_writer()
+
+    async def _idle_watchdog(self) -> None:
+        """Close the connection after ``connections.max.idle.ms`` without a request.
+
+        A connection waiting for answers is not idle; nor is one that is draining. One
+        task per connection instead of a timeout around every read: a cancel scope per
+        read showed in profiles of small requests.
+        """
+        mark = self.last_receive
+        while True:
+            await trio.sleep_until(max(self.last_receive, mark) + self.idle_timeout)
+            now = trio.current_time()
+            if now < self.last_receive + self.idle_timeout:
+                continue  # the client sent something meanwhile
+            if self.responses.slots or not self._reading:
+                mark = now  # busy or draining: look again one period from now
+                continue
+            raise ConnectionClosed("idle", f"no request for {self.idle_timeout:g}s")
+
+    def _at_capacity(self) -> bool:
+        return (
+            len(self.responses.slots) >= self.max_in_flight
+            or self.responses.ready_bytes > self.max_buffered
+        )
+
+    async def _wait_for_capacity(self) -> None:
+        if self.tap is not None and self.tap.blocked:
+            await self._wait_for_observers()
+        while self._at_capacity():
+            await self.responses.wait_for_room()
+
+    async def _on_request(
+        self, frame: memoryview, parts: list[bytes | memoryview], upstream: trio.abc.Stream
+    ) -> None:
+        body = frame[4:]
+        gate = self.gate
+        if gate is not None:
+            verdict = gate.admit(body, trio.current_time(), self.tracker.in_sasl_exchange)
+            if isinstance(verdict, Refusal):
+                raise ConnectionClosed(verdict.reason, verdict.detail)
+            if verdict is RAW_TOKEN:
+                await self._raw_token(frame, parts, upstream)
+                return
+        try:
+            record = self._classify(body)
+        except ProtocolError as exc:
+            raise ConnectionClosed("bad_header", str(exc)) from None
+        now = trio.current_time()
+        self.stats.requests += 1
+        metrics = self.metrics
+        if record.kind is FrameKind.SASL_TOKEN:
+            self._forward(record, metrics.for_label("SaslToken"), frame, parts, now)
+            return
+        header = record.header
+        assert header is not None
+        api = metrics.for_api(header.api_key)
+        api.request_bytes.inc(len(frame))
+        route = self.router.route(header, body, self.context)
+        if route is FORWARD:
+            api.requests(header.api_version, FORWARD).inc()
+            self._forward(record, api, frame, parts, now)
+            return
+        if isinstance(route, LocalApi):
+            api.requests(header.api_version, "local").inc()
+            answer = self._call(route, header, body)
+            await self._local(answer, record, api, frame, now, parts, upstream)
+            return
+        api.requests(header.api_version, "unsupported").inc()
+        self._unsupported(record, header, api, frame, now)
+
+    def _unsupported(
+        self, record: InFlight, header: RequestHeader, api: ApiMetrics, frame: memoryview, now: float
+    ) -> None:
+        self.metrics.unsupported.labels(self.metrics.unknown_key_label(header.api_key)).inc()
+        if not record.expects_response:  # Produce acks=0: an answer would desynchronise
+            raise ConnectionClosed(
+                "unsupported_request",
+                f"api key {header.api_key} v{header.api_version} (acks=0) is not supported",
+            )
+        if self.parts.settings.unsupported_policy == "close":
+            raise ConnectionClosed(
+                "unsupported_request", f"api key {header.api_key} v{header.api_version} is not supported"
+            )
+        # KIP-35 draft: a response holding only the correlation id, connection kept.
+        response = size_prefix(4) + header.correlation_id.to_bytes(4, "big", signed=True)
+        slot = self._local_slot(record, api, frame, now)
+        self.responses.fill(slot, response, now)
+
+    def _call(self, local: LocalApi, header: RequestHeader, body: memoryview) -> Answer:
+        """Decode the request for a local API and ask its handler."""
+        raw = body[header.size :]
+        decoded = None
+        if local.decode:
+            api = self.registry.api(header.api_key)
+            try:
+                decoded = decode(api.request, header.api_version, raw, allow_trailing=local.allow_trailing)
+            except ProtocolError as exc:  # a body we cannot read: Kafka closes the connection too
+                raise ConnectionClosed("bad_request", f"{api.name} v{header.api_version}: {exc}") from None
+        request = LocalRequest(header=header, body=decoded, raw=bytes(raw))
+        try:
+            return local.handler(request, self.context)
+        except ProtocolError as exc:  # a handler that reads the raw body found it unreadable
+            raise ConnectionClosed("bad_request", f"{local.name} v{header.api_version}: {exc}") from None
+
+    async def _local(
+        self,
+        answer: Answer,
+        record: InFlight,
+        api: ApiMetrics,
+        frame: memoryview,
+        now: float,
+        parts: list[bytes | memoryview],
+        upstream: trio.abc.Stream,
+    ) -> None:
+        """Give a local answer its place; start or hold for an answer-later."""
+        api.local.inc()
+        self.stats.local += 1
+        slot = self._local_slot(record, api, frame, now)
+        if isinstance(answer, Respond):
+            self.responses.fill(slot, self._encode(record, answer), now)
+        elif isinstance(answer, Later):
+            assert self._nursery is not None
+            if answer.hold:
+                # The next request depends on this answer (a login): what was gathered
+                # goes first, then the pump waits.
+                await self._send_upstream(upstream, parts)
+                await self._answer_later(answer, record, slot)
+            else:
+                self._nursery.start_soon(self._answer_later, answer, record, slot)
+        else:
+            await self._send_upstream(upstream, parts)
+            await self._close(answer, record, slot)
+
+    async def _answer_later(self, later: Later, record: InFlight, slot: Slot) -> None:
+        """Await an answer-later and fill its slot (runs in the connection's nursery)."""
+        answer = await later.answer()
+        if isinstance(answer, Respond):
+            self.responses.fill(slot, self._encode(record, answer), trio.current_time())
+        else:
+            await self._close(answer, record, slot)
+
+    async def _close(self, close: Close, record: InFlight, slot: Slot) -> NoReturn:
+        """End the connection: the last answer in its place, every owed answer out, linger."""
+        if close.answer is not None:
+            self.responses.fill(slot, self._encode(record, close.answer), trio.current_time())
+        else:
+            self._drop_slot(slot)
+        with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
+            while self.responses.slots:
+                await self.responses.wait_for_room()
+        await trio.sleep(close.linger)
+        raise ConnectionClosed(close.reason, close.detail)
+
+    def _drop_slot(self, slot: Slot) -> None:
+        """A request that gets no answer at all (a failed raw-token login)."""
+        try:
+            self.responses.slots.remove(slot)
+        except ValueError:
+            pass
+        else:
+            self.responses.written()
+
+    def _encode(self, record: InFlight, answer: Respond) -> bytes:
+        if answer.raw:
+            assert isinstance(answer.body, bytes)
+            return size_prefix(len(answer.body)) + answer.body
+        header = record.header
+        assert header is not None
+        spec = self.registry.api(header.api_key)
+        version = header.api_version if answer.version is None else answer.version
+        body = answer.body if isinstance(answer.body, bytes) else encode(spec.response, version, answer.body)
+        head = encode_response_header(header.correlation_id, spec.response_header_version(version))
+        return size_prefix(len(head) + len(body)) + head + body
+
+    async def _raw_token(
+        self, frame: memoryview, parts: list[bytes | memoryview], upstream: trio.abc.Stream
+    ) -> None:
+        """A raw SASL token after a v0 handshake: the SASL local API answers it."""
+        answer_token = self.router.table.raw_token
+        if answer_token is None:  # a gate marks raw tokens only where SASL is terminated
+            raise ConnectionClosed("bad_frame", "raw SASL token on a listener without SASL")
+        now = trio.current_time()
+        self.stats.requests += 1
+        record = InFlight(FrameKind.SASL_TOKEN, None, True)
+        api = self.metrics.for_label("SaslToken")
+        api.request_bytes.inc(len(frame))
+        answer = answer_token(bytes(frame[4:]), self.context)
+        await self._local(answer, record, api, frame, now, parts, upstream)
+
+    def _local_slot(self, record: InFlight, api: ApiMetrics, frame: memoryview, now: float) -> Slot:
+        slot = Slot(record, api, now, local=True)
+        if self.tap is not None:
+            slot.request = frame
+        self.responses.take(slot)
+        return slot
+
+    def _classify(self, body: memoryview) -> InFlight:
+        """The tracker's reading of a request, from a bounded view of a large frame.
+
+        The header, a Produce's acks and a SaslHandshake's mechanism lie at the start of
+        the frame; the whole frame is read only when the bounded view is not enough. Not
+        during a SASL exchange, where the tracker tells tokens from requests by whether
+        the frame parses.
+        """
+        if len(body) > HEADER_VIEW and not self.tracker.in_sasl_exchange:
+            try:
+                return self.tracker.classify(body[:HEADER_VIEW])
+            except ProtocolError:
+                pass  # decided on the whole frame below
+        return self.tracker.classify(body)
+
+    def _forward(
+        self,
+        record: InFlight,
+        api: ApiMetrics,
+        frame: memoryview,
+        parts: list[bytes | memoryview],
+        now: float,
+    ) -> None:
+        parts.append(frame)
+        self.stats.forwarded_bytes += len(frame)
+        self.tracker.expect(record)
+        if record.expects_response:
+            slot = Slot(record, api, now, forwarded_at=now)
+            if self.tap is not None:
+                slot.request = frame
+            self.responses.take(slot)
+            self.upstream_slots.append(slot)
+            self.upstream_expected += 1
+        elif record.header is not None:  # Produce with acks=0
+            self.silent_produces.append((record.header.correlation_id, self.upstream_expected))
+            if self.tap is not None:  # no response will come: the exchange is complete
+                self._observe(Slot(record, api, now, forwarded_at=now, request=frame), None, now)
+
+    async def _send_upstream(self, upstream: trio.abc.Stream, parts: list[bytes | memoryview]) -> None:
+        if not parts:
+            return
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        try:
+            await upstream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise ConnectionClosed("upstream_reset", f"sending to the broker failed: {exc}") from None
+
+    # -- upstream side -----------------------------------------------------------------
+
+    async def _upstream_pump(self, upstream: trio.abc.Stream) -> None:
+        decoder = FrameDecoder(self.parts.settings.response_max_bytes)
+        receive = upstream.receive_some
+        while True:
+            try:
+                data = await receive(UPSTREAM_RECEIVE_SIZE)
+            except (trio.BrokenResourceError, OSError) as exc:
+                raise ConnectionClosed("upstream_reset", str(exc)) from None
+            if not data:
+                if self.upstream_slots:
+                    raise ConnectionClosed(
+                        "upstream_reset",
+                        f"broker closed the connection with {len(self.upstream_slots)} request(s) pending",
+                    )
+                raise ConnectionClosed("upstream_closed", "broker closed the connection")
+            decoder.receive_data(data)
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except ProtocolError as exc:
+                    raise ConnectionClosed("bad_response", str(exc)) from None
+                if frame is NEED_DATA or frame is EOF:
+                    break
+                self._on_response(frame)
+
+    def _on_response(self, frame: memoryview) -> None:
+        body = frame[4:]
+        if self.silent_produces and self._unasked(body):
+            return
+        # The tracker reads the correlation id, and the whole body only to learn whether
+        # a SaslHandshake v0 succeeded: give it a bounded view of anything else.
+        view = body
+        if len(body) > HEADER_VIEW and not (
+            self.upstream_slots and self.upstream_slots[0].record.sasl_mechanism is not None
+        ):
+            view = body[:HEADER_VIEW]
+        try:
+            record = self.tracker.on_response(view)
+        except ProtocolError as exc:
+            raise ConnectionClosed("correlation_mismatch", str(exc)) from None
+        if isinstance(self.gate, PassthroughGate):
+            self.gate.on_response(record, view)  # did the broker accept a login?
+        self.upstream_answered += 1
+        slot = self.upstream_slots.popleft()
+        assert slot.record is record
+        data: bytes | memoryview = frame
+        header = record.header
+        if header is not None:
+            try:
+                rewritten = self.router.rewrite_response(header, record.response_header_version, body)
+            except ProtocolError as exc:
+                # Passing on a response we cannot read could leak a broker address.
+                raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
+            if rewritten is not None:
+                data = rewritten
+                self.stats.rewritten += 1
+        self.responses.fill(slot, data, trio.current_time())
+
+    def _unasked(self, body: memoryview) -> bool:
+        """True (and counted) for a broker's answer to a Produce with acks=0: dropped.
+
+        Responses come in request order, so such an answer can only arrive right after the
+        responses owed before that Produce, and it carries the Produce's correlation id.
+        When the next expected response has the same id, it wins (a Kafka broker never
+        answers acks=0).
+        """
+        silent = self.silent_produces
+        while silent and silent[0][1] < self.upstream_answered:
+            silent.popleft()  # a later request was answered: no answer can come for it now
+        if not silent or silent[0][1] != self.upstream_answered:
+            return False
+        try:
+            correlation_id = peek_correlation_id(body[:4])
+        except ProtocolError:
+            return False
+        expected = self.upstream_slots[0].record.correlation_id if self.upstream_slots else None
+        if correlation_id != silent[0][0] or correlation_id == expected:
+            return False
+        silent.popleft()
+        self.metrics.unasked_responses.inc()
+        self.stats.extra["unasked_responses"] = self.stats.extra.get("unasked_responses", 0) + 1
+        return True
+
+    # -- writer ------------------------------------------------------------------------
+
+    async def _writer(self) -> None:
+        responses = self.responses
+        while True:
+            done = responses.ready_prefix()
+            if done:
+                batch = [slot.data for slot in done]
+                data = batch[0] if len(batch) == 1 else b"".join(batch)  # type: ignore[arg-type]
+                assert data is not None
+                await self.client.send_all(data)
+                now = trio.current_time()
+                for slot in done:
+                    size = len(slot.data) if slot.data is not None else 0
+                    responses.ready_bytes -= size
+                    api = slot.api
+                    api.responses.inc()
+                    api.response_bytes.inc(size)
+                    upstream_time = 0.0 if slot.local else slot.answered_at - slot.forwarded_at
+                    if not slot.local:
+                        api.upstream_latency.observe(upstream_time)
+                    api.sidecar_latency.observe(max(0.0, now - slot.received_at - upstream_time))
+                    if self.tap is not None:
+                        self._observe(slot, slot.data, now)
+                    slot.data = None
+                self.stats.responses += len(done)
+                if self.tap is not None and self.tap.blocked:
+                    await self._wait_for_observers()
+                responses.written()
+                continue
+            if not self._reading and not responses.slots:
+                raise ConnectionClosed("drained")
+            await responses.wait_for_writer_work()
+
+    # -- observers (KIP-388) -------------------------------------------------------------
+
+    def _observe(self, slot: Slot, response: bytes | memoryview | None, now: float) -> None:
+        """Hand a complete exchange to the observers (``response``: as sent, or ``None``)."""
+        record = slot.record
+        if record.header is None or self.tap is None:
+            return  # a raw SASL token is not a Kafka request
+        elapsed = now - slot.received_at
+        frame = slot.request
+        size = len(frame) if frame is not None else 0
+        if record.header.api_key in SECRET_REQUESTS:
+            frame = None  # no secret ever reaches an observer (passthrough forwards them)
+        self.tap.completed(
+            record.header, record.response_header_version, self.context.principal, frame,
+            size, time.time() - elapsed,
+            record.expects_response, slot.local, response, elapsed,
+            slot.answered_at - slot.forwarded_at if not slot.local else 0.0,
+        )
+        slot.request = None
+
+    def _observe_unanswered(self) -> None:
+        """The connection ended: requests it never answered are complete, with no response."""
+        now = trio.current_time()
+        for slot in self.responses.slots:
+            self._observe(slot, None, now)
+
+    async def _wait_for_observers(self) -> None:
+        """Backpressure from an observer with ``overflow=block``: wait until it has room."""
+        assert self.tap is not None
+        while not self.tap.retry():
+            await trio.sleep(BLOCKED_POLL)

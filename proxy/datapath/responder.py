@@ -1,0 +1,87 @@
+"""The ordered responder: a client's answers leave in the order of its requests.
+
+Every request that expects an answer takes a :class:`Slot` in one FIFO when it arrives,
+whoever fills it: the upstream pump (a forwarded request), the client pump (a local answer
+ready at once) or an answer-later task. The writer sends the ready prefix of the FIFO in
+one write; a slot still waiting holds back everything behind it, which is what Kafka's
+ordering promise requires (PROTOCOL_NOTES.md: responses follow request order per
+connection).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import trio
+
+from protocol.correlation import InFlight
+from proxy.datapath.metrics import ApiMetrics
+
+
+@dataclass(slots=True)
+class Slot:
+    """A response position in the client's FIFO."""
+
+    record: InFlight
+    api: ApiMetrics
+    received_at: float
+    data: bytes | memoryview | None = None
+    forwarded_at: float = 0.0
+    answered_at: float = 0.0
+    local: bool = False
+    #: The request frame, kept for observers until the exchange completes (else ``None``).
+    request: bytes | memoryview | None = None
+
+
+class Responses:
+    """The FIFO of slots and the two wake-ups around it (writer, reader)."""
+
+    __slots__ = ("_wake_reader", "_wake_writer", "ready_bytes", "slots")
+
+    def __init__(self) -> None:
+        self.slots: deque[Slot] = deque()
+        #: Bytes of filled slots not yet written to the client.
+        self.ready_bytes = 0
+        self._wake_writer = trio.Event()
+        self._wake_reader = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def take(self, slot: Slot) -> None:
+        """Give an arriving request its place."""
+        self.slots.append(slot)
+
+    def fill(self, slot: Slot, data: bytes | memoryview, now: float) -> None:
+        """Put a slot's answer in place; the writer sends it once everything before it is out."""
+        slot.data = data
+        slot.answered_at = now
+        self.ready_bytes += len(data)
+        self._wake_writer.set()
+
+    def ready_prefix(self) -> list[Slot]:
+        """Remove and return the filled slots at the head of the FIFO."""
+        done: list[Slot] = []
+        slots = self.slots
+        while slots and slots[0].data is not None:
+            done.append(slots.popleft())
+        return done
+
+    def wake_writer(self) -> None:
+        """Make the writer look again (a fill, or the end of reading)."""
+        self._wake_writer.set()
+
+    async def wait_for_writer_work(self) -> None:
+        """Wait until a slot is filled or :meth:`wake_writer` is called."""
+        await self._wake_writer.wait()
+        self._wake_writer = trio.Event()
+
+    def written(self) -> None:
+        """Some slots left: a reader held back by the bounds may go on."""
+        self._wake_reader.set()
+
+    async def wait_for_room(self) -> None:
+        """Wait until the writer sends something (the FIFO shrank)."""
+        self._wake_reader = trio.Event()
+        await self._wake_reader.wait()

@@ -1,0 +1,241 @@
+"""Address rewriting: clients see sidecar addresses wherever a response names a broker.
+
+The places a broker address appears are data (:data:`SITES`): the ``Brokers`` of
+Metadata and DescribeCluster, FindCoordinator's single coordinator (v0-3) or its batched
+``Coordinators`` (v4+), and the ``NodeEndpoints`` tagged field of Produce (v10+), Fetch
+(v16+), ShareFetch and ShareAcknowledge responses. A response of any other API, or of a
+version without such a field, is never decoded here.
+
+Produce and Fetch responses are the bulk of the traffic and carry records; their only
+broker field is a top-level tagged field, which brokers send only when a leader moved
+(KIP-951). So when every site of a response is a tagged field, the response is only
+scanned (:func:`protocol.scan.top_level_tags`: the structure is walked, records are
+skipped without being copied). If a site's tag is present, only that tag's value is
+decoded, rewritten and re-encoded, and the top-level tag section (the last bytes of the
+response) is rebuilt around it: the records before it go out as the broker sent them.
+
+A broker the :class:`~proxy.datapath.addressing.AddressBook` cannot map is withheld, never passed
+through: a broker-list entry is dropped (the client treats the partition's leader as
+unknown and refreshes), and a coordinator becomes COORDINATOR_NOT_AVAILABLE (the client
+retries FindCoordinator). Each one is counted and logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import construct as c
+
+from protocol.apis import Api
+from protocol.errors import ErrorCode
+from protocol.primitives import encode_uvarint
+from protocol.scan import top_level_tags
+from protocol.schema import decode, encode
+from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
+from proxy.datapath.addressing import AddressBook
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A field of a response that holds broker entries.
+
+    ``array`` is the field name of a list of entries (or ``None``: the entry's fields are
+    at the top level, FindCoordinator v0-3). ``id_field`` names the node id; ``error``
+    says the entry carries its own error code (coordinators), so an unmapped one is
+    turned into COORDINATOR_NOT_AVAILABLE instead of being dropped.
+    """
+
+    array: str | None
+    id_field: str = "NodeId"
+    error: bool = False
+
+
+SITES: dict[int, tuple[Site, ...]] = {
+    0: (Site("NodeEndpoints"),),  # Produce v10+ (KIP-951)
+    1: (Site("NodeEndpoints"),),  # Fetch v16+ (KIP-951)
+    3: (Site("Brokers"),),  # Metadata
+    10: (Site(None, error=True), Site("Coordinators", error=True)),  # FindCoordinator
+    60: (Site("Brokers", id_field="BrokerId"),),  # DescribeCluster
+    78: (Site("NodeEndpoints"),),  # ShareFetch
+    79: (Site("NodeEndpoints"),),  # ShareAcknowledge
+}
+
+_COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+def _present(spec: MessageSpec, site: Site, version: int) -> bool:
+    name = site.array if site.array is not None else site.id_field
+    return any(f.name == name and f.present_in(version) for f in spec.fields)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What rewriting one API version involves, worked out once."""
+
+    response: MessageSpec
+    sites: tuple[Site, ...]
+    #: When every site is a top-level tagged field: ``{tag: (site, spec of its value)}``.
+    tags: dict[int, tuple[Site, MessageSpec]] | None
+
+
+def _value_spec(response: MessageSpec, field: FieldSpec, version: int) -> MessageSpec:
+    """A one-field message whose body is a tagged field's value plus an empty tag section.
+
+    A tagged value is encoded as the field would be outside the tag section, so it can be
+    decoded on its own with the ordinary schema machinery: as the only (untagged) field
+    of a flexible message, followed by that message's own tag count (one zero byte).
+    """
+    plain = dataclasses.replace(field, tag=None, tagged=NO_VERSIONS)
+    return MessageSpec(f"{response.name}.{field.name}", "data", None, Versions(version, version),
+                       Versions(version, None), (plain,))
+
+
+_PLANS: dict[tuple[int, int], _Plan] = {}
+
+
+def _plan(api: Api, version: int) -> _Plan:
+    key = (api.key, version)
+    found = _PLANS.get(key)
+    if found is None or found.response is not api.response:
+        sites = tuple(s for s in SITES.get(api.key, ()) if _present(api.response, s, version))
+        fields = {f.name: f for f in api.response.fields}
+        tags: dict[int, tuple[Site, MessageSpec]] | None = {}
+        for site in sites:
+            f = fields.get(site.array or "")
+            if f is None or not f.tagged_in(version) or f.tag is None:
+                tags = None
+                break
+            assert tags is not None
+            tags[f.tag] = (site, _value_spec(api.response, f, version))
+        found = _PLANS[key] = _Plan(api.response, sites, tags if sites else None)
+    return found
+
+
+def rewrites_version(api: Api, version: int) -> bool:
+    """True when responses of ``api`` at ``version`` can name brokers."""
+    return bool(_plan(api, version).sites)
+
+
+@dataclass
+class RewriteResult:
+    """A rewritten body and what happened to its entries."""
+
+    body: bytes
+    rewritten: int
+    unmapped: int
+
+
+class Rewriter:
+    """Rewrites response bodies for one listener through an address book."""
+
+    def __init__(
+        self,
+        book: AddressBook,
+        listener: str,
+        on_unmapped: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.book = book
+        self.listener = listener
+        self.on_unmapped = on_unmapped
+
+    def rewrite(self, api: Api, version: int, body: bytes | memoryview) -> RewriteResult | None:
+        """The rewritten body, or ``None`` when the response names no broker."""
+        plan = _plan(api, version)
+        sites = plan.sites
+        if not sites:
+            return None
+        if plan.tags is not None:
+            return self._rewrite_tags(api, version, body, plan.tags)
+        value = decode(api.response, version, body)
+        rewritten = unmapped = 0
+        for site in sites:
+            if site.array is None:
+                r, u = self._entry(api, value, site)
+                rewritten, unmapped = rewritten + r, unmapped + u
+                continue
+            entries = value.get(site.array)
+            if not entries:
+                continue
+            value[site.array], r, u = self._entries(api, entries, site)
+            rewritten, unmapped = rewritten + r, unmapped + u
+        if not rewritten and not unmapped:
+            return None
+        return RewriteResult(encode(api.response, version, value), rewritten, unmapped)
+
+    def _rewrite_tags(
+        self,
+        api: Api,
+        version: int,
+        body: bytes | memoryview,
+        sites: dict[int, tuple[Site, MessageSpec]],
+    ) -> RewriteResult | None:
+        """Rewrite sites that are top-level tagged fields, decoding nothing else."""
+        section = top_level_tags(api.response, version, body)
+        view = memoryview(body)
+        values: dict[int, bytes] = {}
+        rewritten = unmapped = 0
+        for tag, (site, spec) in sites.items():
+            where = section.tags.get(tag)
+            if where is None:
+                continue
+            raw = view[where[0] : where[1]]
+            if len(raw) == 1 and raw[0] == 1:  # a compact array of no entries: names no broker
+                continue
+            name = spec.fields[0].name
+            entries = decode(spec, version, bytes(raw) + b"\x00")[name]
+            if not entries:
+                continue
+            kept, r, u = self._entries(api, entries, site)
+            rewritten, unmapped = rewritten + r, unmapped + u
+            values[tag] = encode(spec, version, {name: kept})[:-1]  # without its tag count
+        if not rewritten and not unmapped:
+            return None
+        out = bytearray(view[: section.start])
+        out += encode_uvarint(len(section.tags))
+        for tag, (start, end) in section.tags.items():
+            value = values.get(tag)
+            data = view[start:end] if value is None else value
+            out += encode_uvarint(tag)
+            out += encode_uvarint(len(data))
+            out += data
+        return RewriteResult(bytes(out), rewritten, unmapped)
+
+    def _entries(self, api: Api, entries: Any, site: Site) -> tuple[c.ListContainer, int, int]:
+        """Rewrite a list of broker entries: ``(kept entries, rewritten, unmapped)``.
+
+        An unmapped entry is dropped, except where it carries its own error code
+        (coordinators), which :meth:`_entry` sets instead.
+        """
+        kept = c.ListContainer()
+        rewritten = unmapped = 0
+        for entry in entries:
+            r, u = self._entry(api, entry, site)
+            rewritten, unmapped = rewritten + r, unmapped + u
+            if u and not site.error:
+                continue
+            kept.append(entry)
+        return kept, rewritten, unmapped
+
+    def _entry(self, api: Api, entry: Any, site: Site) -> tuple[int, int]:
+        if site.error and entry.get("ErrorCode", 0) != 0:
+            return 0, 0  # an error answer names no broker
+        node_id = entry[site.id_field]
+        address = self.book.lookup(node_id, entry["Host"], entry["Port"], self.listener)
+        if address is None:
+            if self.on_unmapped is not None:
+                self.on_unmapped(api.name, node_id)
+            if site.error:
+                entry["ErrorCode"] = _COORDINATOR_NOT_AVAILABLE
+                entry["NodeId"] = -1
+                entry["Host"] = ""
+                entry["Port"] = -1
+            return 0, 1
+        entry["Host"] = address.host
+        entry["Port"] = address.port
+        return 1, 0

@@ -1,0 +1,81 @@
+"""Where each request goes: a local API, the broker, or an "unsupported" answer.
+
+:meth:`Router.route` looks at the header (and, for entries with a ``takes`` predicate, at
+the body): a request the listener's :class:`~proxy.local.api.LocalApiTable` takes is
+answered by the sidecar; one the broker supports (as the control connection last learned
+it) is forwarded with its original bytes; anything else is UNSUPPORTED, and the connection
+answers it (KIP-35) or closes, by policy. Responses that name brokers are rewritten here
+(:meth:`Router.rewrite_response`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from protocol.apis import ApiRegistry
+from protocol.framing import size_prefix
+from protocol.headers import RequestHeader
+from protocol.scan import response_header_size
+from proxy.datapath.rewrite import Rewriter, rewrites_version
+from proxy.local.api import Context, LocalApi, LocalApiTable
+from proxy.local.ports import UpstreamView
+
+#: What :meth:`Router.route` returns for forwarded and unsupported requests.
+FORWARD = "forwarded"
+UNSUPPORTED = "unsupported"
+
+
+class Router:
+    """Routing and response rewriting for the connections of one listener."""
+
+    def __init__(
+        self,
+        registry: ApiRegistry,
+        table: LocalApiTable,
+        upstream: UpstreamView,
+        rewriter: Rewriter,
+        on_rewrite: Callable[[str], None] = lambda _api: None,
+    ) -> None:
+        self.registry = registry
+        self.table = table
+        self.upstream = upstream
+        self.rewriter = rewriter
+        self._on_rewrite = on_rewrite
+
+    def route(self, header: RequestHeader, body: memoryview, context: Context) -> LocalApi | str:
+        """The local API that answers this request, or :data:`FORWARD` / :data:`UNSUPPORTED`.
+
+        ``body`` is the frame after its size (header included).
+        """
+        key, version = header.api_key, header.api_version
+        local = self.table.get(key)
+        if local is not None and (
+            local.takes is None or local.takes(header, body[header.size :], context)
+        ):
+            if local.any_version or local.versions[0] <= version <= local.versions[1]:
+                return local
+            return UNSUPPORTED
+        info = self.upstream.info
+        if info is not None:
+            span = info.api_versions.get(key)
+            if span is not None and span[0] <= version <= span[1]:
+                return FORWARD
+            return UNSUPPORTED
+        known = self.registry.get(key)
+        return FORWARD if known is not None and version in known.versions else UNSUPPORTED
+
+    def rewrite_response(
+        self, header: RequestHeader, response_header_version: int, body: memoryview
+    ) -> bytes | None:
+        """A rewritten response frame, or ``None`` to send the original bytes."""
+        api = self.registry.get(header.api_key)
+        if api is None or not rewrites_version(api, header.api_version):
+            return None
+        head_size = response_header_size(body, response_header_version)
+        result = self.rewriter.rewrite(api, header.api_version, body[head_size:])
+        if result is None:
+            return None
+        if result.rewritten:
+            self._on_rewrite(api.name)
+        head = bytes(body[:head_size])  # the broker's own header, tags and all
+        return size_prefix(len(head) + len(result.body)) + head + result.body

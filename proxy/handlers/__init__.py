@@ -1,1 +1,0 @@
-"""Requests the sidecar answers itself, one module per API."""

@@ -1,0 +1,146 @@
+"""ApiVersions (18), answered by the sidecar.
+
+The advertised ranges are the intersection of what the broker said on the control
+connection with what the sidecar can parse, plus the APIs the sidecar answers itself
+(PROTOCOL_NOTES.md, "ApiVersions"). A version above ours gets UNSUPPORTED_VERSION with a
+v0 body that lists ApiVersions' own range, as a Kafka broker answers, so a client can
+retry at a version we speak. Tagged fields are written only when not default: Debian's
+librdkafka 2.0.2 fails on default-valued ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from protocol.apis import API_VERSIONS, DEFAULT_REGISTRY, ApiRegistry
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.schema import decode, encode
+from proxy.local.api import Answer, Context, LocalApi, LocalRequest, Respond
+
+#: KIP-511: the pattern client software names and versions must match.
+SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+#: ApiVersions answers kept per listener (one per client software name/version and version).
+MAX_CACHED_ANSWERS = 64
+#: ApiVersions fields a sidecar copies from the broker's answer (KIP-584 features).
+FEATURE_FIELDS = ("SupportedFeatures", "FinalizedFeaturesEpoch", "FinalizedFeatures", "ZkMigrationReady")
+
+
+def advertised_ranges(
+    registry: ApiRegistry,
+    upstream: Mapping[int, tuple[int, int]] | None,
+    local_keys: Iterable[int],
+) -> list[tuple[int, int, int]]:
+    """``[(key, min, max)]``: upstream ∩ parseable, plus the locally answered keys.
+
+    Without upstream knowledge (control connection not yet up) every parseable API is
+    offered; a request the broker then refuses is answered as unsupported.
+    """
+    result: dict[int, tuple[int, int]] = {}
+    local = set(local_keys)
+    for api in registry:
+        ours_lo, ours_hi = api.versions.lo, api.versions.hi
+        assert ours_hi is not None
+        if api.key in local:
+            result[api.key] = (ours_lo, ours_hi)
+            continue
+        if upstream is None:
+            result[api.key] = (ours_lo, ours_hi)
+            continue
+        if api.key not in upstream:
+            continue
+        lo, hi = max(ours_lo, upstream[api.key][0]), min(ours_hi, upstream[api.key][1])
+        if lo <= hi:
+            result[api.key] = (lo, hi)
+    return [(key, lo, hi) for key, (lo, hi) in sorted(result.items())]
+
+
+def handle_api_versions(
+    registry: ApiRegistry,
+    version: int,
+    body: bytes | memoryview,
+    ranges: list[tuple[int, int, int]],
+    features: Mapping[str, Any] | None = None,
+) -> tuple[int, bytes]:
+    """Answer one ApiVersions request: ``(response version, response body)``."""
+    api = registry.api(API_VERSIONS)
+    if version not in api.versions:
+        own = next(((lo, hi) for key, lo, hi in ranges if key == API_VERSIONS), (0, 0))
+        return 0, encode(api.response, 0, {
+            "ErrorCode": int(ErrorCode.UNSUPPORTED_VERSION),
+            "ApiKeys": [{"ApiKey": API_VERSIONS, "MinVersion": own[0], "MaxVersion": own[1]}],
+        })
+    try:
+        request = decode(api.request, version, body)
+    except ProtocolError:
+        return version, encode(api.response, version, {"ErrorCode": int(ErrorCode.INVALID_REQUEST), "ApiKeys": []})
+    if version >= 3:
+        for name in ("ClientSoftwareName", "ClientSoftwareVersion"):
+            if not SOFTWARE_PATTERN.fullmatch(request[name] or ""):
+                return version, encode(
+                    api.response, version, {"ErrorCode": int(ErrorCode.INVALID_REQUEST), "ApiKeys": []}
+                )
+    response: dict[str, Any] = {
+        "ErrorCode": 0,
+        "ApiKeys": [{"ApiKey": k, "MinVersion": lo, "MaxVersion": hi} for k, lo, hi in ranges],
+        "ThrottleTimeMs": 0,
+    }
+    for name in FEATURE_FIELDS:
+        if features is not None and name in features:
+            response[name] = features[name]
+    return version, encode(api.response, version, response)
+
+
+class ApiVersionsApi:
+    """The ApiVersions local API of one listener.
+
+    Answers depend only on (version, request body) and what the broker said (the
+    upstream's ``info``, replaced whole on each refresh): built once, reused (bounded).
+    """
+
+    def __init__(self, registry: ApiRegistry, served: Callable[[], Iterable[int]]) -> None:
+        self.registry = registry
+        self._served = served
+        self._info: object = None
+        self._answers: dict[tuple[int, bytes], tuple[int, bytes]] = {}
+
+    def entry(self) -> LocalApi:
+        """The table entry: every version is answered here (UNSUPPORTED_VERSION included)."""
+        api = self.registry.api(API_VERSIONS)
+        assert api.versions.hi is not None
+        return LocalApi(key=API_VERSIONS, name=api.name, versions=(api.versions.lo, api.versions.hi),
+                        handler=self.handle, any_version=True, decode=False)
+
+    def handle(self, request: LocalRequest, context: Context) -> Answer:
+        """Answer one ApiVersions request."""
+        info = context.ports.upstream.info
+        if info is not self._info:
+            self._info, self._answers = info, {}
+        key = (request.version, request.raw)
+        answer = self._answers.get(key)
+        if answer is None:
+            ranges = advertised_ranges(self.registry, info.api_versions if info else None, self._served())
+            features = info.api_versions_body if info is not None else None
+            answer = handle_api_versions(self.registry, request.version, request.raw, ranges, features)
+            if len(self._answers) < MAX_CACHED_ANSWERS:
+                self._answers[key] = answer
+        software = client_software(request.version, request.raw)
+        if software is not None:
+            context.client_software = software
+        version, body = answer
+        return Respond(body=body, version=version)
+
+
+def client_software(version: int, body: bytes) -> tuple[str, str] | None:
+    """KIP-511's ``(ClientSoftwareName, ClientSoftwareVersion)`` of a v3+ request, if valid."""
+    if version < 3:
+        return None
+    try:
+        request = decode(DEFAULT_REGISTRY.api(API_VERSIONS).request, min(version, 4), body)
+    except ProtocolError:
+        return None
+    name, software_version = request["ClientSoftwareName"], request["ClientSoftwareVersion"]
+    if SOFTWARE_PATTERN.fullmatch(name or "") and SOFTWARE_PATTERN.fullmatch(software_version or ""):
+        return name, software_version
+    return None

@@ -1,0 +1,115 @@
+"""The narrow ports through which local APIs reach what the sidecar shares.
+
+Each port is a :class:`typing.Protocol` with only what its users need; the control plane
+(:mod:`proxy.control.server`) supplies the implementations, and tests supply plain
+objects. The value types that cross them (:class:`UpstreamInfo`, :class:`BrokerEntry`)
+live here too, so the data path, the local APIs and the control plane share them without
+importing one another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.auth.sasl.scram import ScramCredential
+from quotas.admin import Write
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    """A broker as the upstream's Metadata names it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class UpstreamInfo:
+    """What the control connection learned from the broker."""
+
+    api_versions: dict[int, tuple[int, int]]
+    #: The broker's whole ApiVersions answer (its KIP-584 feature fields are passed on).
+    api_versions_body: Mapping[str, Any]
+    brokers: tuple[BrokerAddress, ...] = ()
+    cluster_id: str | None = None
+    node_id: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BrokerEntry:
+    """One broker as BrokerMetadata describes it."""
+
+    node_id: int
+    host: str
+    port: int
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+class UpstreamView(Protocol):
+    """What the upstream broker supports, as the control connection last learned it."""
+
+    @property
+    def info(self) -> UpstreamInfo | None:
+        """The last answer, or ``None`` before the first."""
+        ...
+
+
+class BrokerDirectory(Protocol):
+    """The brokers (sidecars) a client on a listener is told about."""
+
+    def broker_entries(self, listener: str) -> tuple[BrokerEntry, list[BrokerEntry]]:
+        """This sidecar, and the others it knows of."""
+        ...
+
+
+class QuotaPort(Protocol):
+    """Per-IP connection-rate quotas (KIP-612)."""
+
+    @property
+    def can_write(self) -> bool:
+        """True when quotas live in ZooKeeper (writes possible)."""
+        ...
+
+    def snapshot(self) -> dict[str | None, float]:
+        """What DescribeClientQuotas reports: ``{ip or None (default): rate}``."""
+        ...
+
+    async def alter(self, writes: Sequence[Write]) -> None:
+        """Apply the writes (ZooKeeper); raises on failure."""
+        ...
+
+
+#: ``{user: {mechanism name: credential}}``.
+Users = dict[str, dict[str, ScramCredential]]
+
+
+class UserDirectory(Protocol):
+    """SCRAM users in ZooKeeper (``/config/users``)."""
+
+    def scram_users(self) -> Users:
+        """The users as currently known (watch-fed)."""
+        ...
+
+    def credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """One user's credential for a mechanism, if any."""
+        ...
+
+    async def apply(self, user: str, changes: Mapping[str, ScramCredential | None]) -> None:
+        """Write one user's credential changes (ZooKeeper); raises on failure."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ports:
+    """Everything a local API may reach; ``None`` where this sidecar has no such part."""
+
+    upstream: UpstreamView
+    brokers: BrokerDirectory
+    quotas: QuotaPort | None = None
+    users: UserDirectory | None = None
+    super_users: frozenset[str] = frozenset()

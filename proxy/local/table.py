@@ -1,0 +1,40 @@
+"""The local-API table of a listener: every API the sidecar answers itself, in one place.
+
+To add a local API, write its module (a handler of ``(request, context)``, see
+:mod:`proxy.local.api`) and add its entry here; ApiVersions advertises it from the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.apis import ApiRegistry
+from proxy.local import broker_metadata, client_quotas, scram_credentials
+from proxy.local.api import LocalApi, LocalApiTable
+from proxy.local.api_versions import ApiVersionsApi
+from proxy.local.sasl import SaslApis
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableSpec:
+    """Which optional local APIs a listener serves."""
+
+    #: SaslHandshake/SaslAuthenticate (a SASL listener where the sidecar terminates SASL).
+    sasl: SaslApis | None = None
+    #: Describe/AlterUserScramCredentials (the sidecar owns the SCRAM users).
+    scram_credentials: bool = False
+
+
+def build_table(registry: ApiRegistry, spec: TableSpec) -> LocalApiTable:
+    """The listener's table: ApiVersions, BrokerMetadata, per-IP quotas, then what ``spec`` adds."""
+    served: list[LocalApi] = []
+    versions = ApiVersionsApi(registry, lambda: table.served())
+    served.append(versions.entry())
+    served.append(broker_metadata.entry(registry))
+    served.extend(client_quotas.entries(registry))
+    if spec.scram_credentials:
+        served.extend(scram_credentials.entries(registry))
+    if spec.sasl is not None:
+        served.extend(spec.sasl.entries(registry))
+    table = LocalApiTable(served, raw_token=spec.sasl.raw_token if spec.sasl is not None else None)
+    return table

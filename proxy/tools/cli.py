@@ -1,0 +1,98 @@
+"""The ``ksidecar`` command.
+
+``ksidecar run --config sidecar.properties [--set key=value ...]`` runs a sidecar;
+``ksidecar demo`` runs the end-to-end demo; ``ksidecar audit report --audit PATH --out DIR``
+runs the PySpark audit jobs and writes an HTML report (see :mod:`spark_jobs.report`);
+``ksidecar quotas`` describes and alters per-IP connection quotas over the wire (see :mod:`proxy.tools.quotas_cli`); ``ksidecar users``
+adds, deletes and lists SASL users (see :mod:`proxy.tools.users_cli`).
+Exit codes: 0 on a clean stop (SIGTERM/SIGINT after draining), 2 for a configuration
+error (the message names the key), 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import trio
+
+from proxy.config import ConfigError, SidecarConfig, load_config
+from proxy.config.properties import PropertiesError
+from proxy.tools import quotas_cli, users_cli
+from spark_jobs import options as audit_options
+
+log = logging.getLogger("ksidecar")
+
+
+def _parse_set(items: list[str]) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        result[key.strip()] = value
+    return result
+
+
+async def run_sidecar(config: SidecarConfig) -> None:
+    """Serve until SIGTERM or SIGINT, then drain and return."""
+    from proxy.control.server import Sidecar
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            sidecar: Sidecar = await nursery.start(Sidecar(config).serve)
+            async for signum in signals:
+                log.info("received %s: draining (up to %d ms)", signal.Signals(signum).name,
+                         config["sidecar.shutdown.drain.ms"])
+                await sidecar.drain()
+                nursery.cancel_scope.cancel()
+                break
+    log.info("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ksidecar`` console script."""
+    parser = argparse.ArgumentParser(prog="ksidecar", description="Kafka-protocol sidecar")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a sidecar")
+    run.add_argument("--config", "-c", help="a .properties file (see docs/configuration.md)")
+    run.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
+                     help="override one key (repeatable)")
+    sub.add_parser("demo", help="run the end-to-end demo on loopback")
+    quotas_cli.add_parser(sub)
+    users_cli.add_parser(sub)
+    audit_options.add_audit_command(sub)
+    args = parser.parse_args(argv)
+    if args.command == "quotas":
+        return quotas_cli.run(args)
+    if args.command == "users":
+        return users_cli.run(args)
+    if args.command == "audit":
+        from spark_jobs import report  # loads pyspark: only for this command
+
+        return report.main_from_args(args)
+    if args.command == "demo":
+        from proxy.tools import demo
+
+        return demo.main()
+    try:
+        config = load_config(args.config, _parse_set(args.set))
+    except (ConfigError, PropertiesError) as exc:
+        print(f"ksidecar: configuration error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config["sidecar.log.level"].upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        trio.run(run_sidecar, config)
+    except ConfigError as exc:
+        print(f"ksidecar: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

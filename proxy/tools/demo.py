@@ -1,0 +1,443 @@
+"""`python -m proxy.tools.demo`: real Kafka traffic end to end on loopback, then a report.
+
+Starts a real Tansu broker and a real ZooKeeper on free loopback ports (through `proxy.tools.rig`),
+creates a topic, produces records with confluent-kafka (anonymously, on the plaintext
+listener), consumes them in a consumer group with commits as a SCRAM-SHA-256 user created
+in ZooKeeper (on the SASL listener), checks every value arrived, stops everything it
+started (also on Ctrl-C or SIGTERM), then runs the audit report's Spark jobs over the
+audit trail the sidecar wrote and prints a summary and where the HTML report is.
+
+Clients get their bootstrap address from `choose_bootstrap`, which starts a real
+`ksidecar run` process in front of the broker (registered in ZooKeeper) and returns its
+addresses: every request and response of the demo passes through the sidecar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
+from proxy.tools.rig.tansu import TansuServer, start_broker
+from proxy.tools.rig.zookeeper import ZooKeeperServer, start_zookeeper
+
+CHROOT = "/ksidecar"
+"""The ZooKeeper chroot the sidecars will share (see DESIGN.md, "State in ZooKeeper")."""
+
+ANONYMOUS = "User:ANONYMOUS"
+READER = "demo-reader"
+"""The SCRAM user the demo's consumer logs in as (created in ZooKeeper by the demo)."""
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What one demo run did, for the summary."""
+
+    broker: str
+    broker_startup: float
+    zookeeper: str
+    zookeeper_startup: float
+    zookeeper_version: str
+    bootstrap: str
+    via: str
+    topic: str
+    partitions: int
+    group: str
+    produced: int
+    consumed: int
+    committed: int
+    missing: int
+    elapsed: float
+    quota: str = ""
+    #: The sidecar's SASL_PLAINTEXT listener (``bootstrap`` is its PLAINTEXT one).
+    sasl_bootstrap: str = ""
+    #: The principal the consumer authenticated as (SCRAM-SHA-256).
+    reader: str = ""
+    #: Where the audit Parquet and the HTML report are.
+    audit_dir: str = ""
+    report: str = ""
+    #: Audit rows written, and what the report's traffic table says of the demo topic:
+    #: records produced and consumed per principal.
+    audit_rows: int = 0
+    audited_in: dict[str, int] = field(default_factory=dict)
+    audited_out: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Every record consumed and committed, and the audit report accounts for each."""
+        moved = self.missing == 0 and self.consumed == self.produced == self.committed
+        audited = (
+            self.audited_in == {ANONYMOUS: self.produced}
+            and self.audited_out.get(self.reader, 0) >= self.consumed
+        )
+        return moved and audited and bool(self.report)
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """Where the demo's clients connect."""
+
+    plaintext: str
+    sasl: str
+    via: str
+
+
+def choose_bootstrap(
+    broker: TansuServer, zookeeper: ZooKeeperServer, stack: ExitStack, audit_dir: Path
+) -> Bootstrap:
+    """Start a sidecar (`ksidecar run`) in front of `broker`; return its client addresses.
+
+    The sidecar registers in ZooKeeper under the demo's chroot and maps broker addresses
+    through those registrations, so clients only ever see the sidecar. It has a plaintext
+    and a SASL listener (SCRAM users from ZooKeeper) and writes the audit trail to
+    `audit_dir`.
+    """
+    sidecar = stack.enter_context(
+        start_sidecar(
+            Path(broker.log_path).parent,
+            broker.bootstrap,
+            extra_listeners=("SASL_PLAINTEXT",),
+            keys={
+                "zookeeper.connect": zookeeper.connect_string(CHROOT),
+                "tag.demo": "true",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+                # The audit trail (KIP-388): Parquet under <work dir>/audit, flushed on stop.
+                "observer.class.names": "audit,prometheus",
+                "observer.audit.dir": str(audit_dir),
+            },
+        )
+    )
+    stack.callback(_print_sidecar_counts, sidecar)
+    sasl = f"{sidecar.host}:{sidecar.extra_ports['SASL_PLAINTEXT']}"
+    return Bootstrap(
+        sidecar.bootstrap, sasl, f"ksidecar run in front of the broker (metrics {sidecar.metrics_url})"
+    )
+
+
+def add_reader(zookeeper: ZooKeeperServer) -> str:
+    """Create the SCRAM user :data:`READER` with a fresh random password; return it.
+
+    The password lives only in this process; ZooKeeper gets salted keys (``ksidecar users``
+    does the same from the shell).
+    """
+    from kazoo.client import KazooClient
+
+    from proxy.auth.sasl.scram import MECHANISMS, derive_credential
+    from proxy.auth.user_store import UserStore
+
+    password = secrets.token_urlsafe(18)
+    client = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10.0)
+    client.start(timeout=10.0)
+    try:
+        UserStore(client).apply(READER, {
+            name: derive_credential(MECHANISMS[name], password, 4096)
+            for name in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+        })
+    finally:
+        client.stop()
+        client.close()
+    return password
+
+
+def _print_sidecar_counts(sidecar: SidecarServer) -> None:
+    """Print what the sidecar counted, from its /metrics, before it is stopped."""
+    try:
+        families = text_string_to_metric_families(sidecar.scrape())
+    except OSError as exc:
+        print(f"  (could not scrape the sidecar: {exc})")
+        return
+    totals: dict[str, float] = {}
+    for family in families:
+        for sample in family.samples:
+            if sample.name == "ksidecar_requests_total":
+                key = f"{sample.labels['api']}/{sample.labels['outcome']}"
+                totals[key] = totals.get(key, 0) + sample.value
+    lines = ", ".join(f"{k} {int(v)}" for k, v in sorted(totals.items()))
+    print(f"  sidecar counted requests: {lines}", flush=True)
+
+
+DEMO_IP = "127.0.0.99"
+
+
+def demo_ip_quota(bootstrap: str, zookeeper: ZooKeeperServer) -> str:
+    """Set a per-IP connection quota through the sidecar (AlterClientQuotas, KIP-612) and
+    read it back over the wire and from ZooKeeper; return a one-line account."""
+    from kazoo.client import KazooClient
+
+    from proxy.tools.admin_client import AdminClient
+
+    with AdminClient(bootstrap) as client:
+        altered = client.call(49, 1, {
+            "Entries": [{"Entity": [{"EntityType": "ip", "EntityName": DEMO_IP}],
+                         "Ops": [{"Key": "connection_creation_rate", "Value": 10.0, "Remove": False}]}],
+            "ValidateOnly": False,
+        })
+        if altered.Entries[0].ErrorCode:
+            return f"AlterClientQuotas refused: {altered.Entries[0].ErrorMessage}"
+        described = client.call(48, 1, {"Components": [{"EntityType": "ip", "MatchType": 0, "Match": DEMO_IP}],
+                                        "Strict": False})
+    rate = described.Entries[0].Values[0].Value if described.Entries else None
+    zk = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10)
+    zk.start(timeout=10)
+    try:
+        stored = zk.get(f"/config/ips/{DEMO_IP}")[0].decode()
+    finally:
+        zk.stop()
+        zk.close()
+    return f"{DEMO_IP} limited to {rate:g} connections/s via AlterClientQuotas; ZooKeeper holds {stored}"
+
+
+def prepare_zookeeper(zookeeper: ZooKeeperServer) -> str:
+    """Create the sidecars' chroot node; return the server's version."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.connect, timeout=10.0)
+    client.start(timeout=10.0)
+    try:
+        client.ensure_path(CHROOT)
+        return ".".join(str(part) for part in client.server_version())
+    finally:
+        client.stop()
+        client.close()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create `topic` with `partitions` partitions (replication factor 1)."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions)])
+    futures[topic].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, values: Sequence[bytes]) -> int:
+    """Produce `values` (acks=all); return how many the broker acknowledged."""
+    from confluent_kafka import Producer
+
+    acknowledged = 0
+    failures: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        nonlocal acknowledged
+        if err is None:
+            acknowledged += 1
+        else:
+            failures.append(str(err))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i, value in enumerate(values):
+        producer.produce(topic, key=str(i).encode(), value=value, on_delivery=on_delivery)
+        producer.poll(0)
+    left = producer.flush(30)
+    if left or failures:
+        raise RuntimeError(f"{left} records unsent, {len(failures)} failed: {failures[:3]}")
+    return acknowledged
+
+
+def consume(
+    bootstrap: str, topic: str, group: str, partitions: int, expected: int,
+    login: dict[str, str] | None = None, timeout: float = 60.0,
+) -> tuple[list[bytes], int]:
+    """Consume up to `expected` records in `group`, committing after each batch (`login`:
+    librdkafka's SASL settings, if any).
+
+    Returns the values received and the sum of the group's committed offsets.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            **(login or {}),
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            # Tansu holds a JoinGroup for session.timeout.ms / 2: keep the join quick.
+            "session.timeout.ms": 6000,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(values) < expected and time.monotonic() < deadline:
+            batch = consumer.consume(num_messages=500, timeout=1.0)
+            for message in batch:
+                if message.error() is not None:
+                    raise RuntimeError(f"consume error: {message.error()}")
+                values.append(message.value() or b"")
+            if batch:
+                consumer.commit(asynchronous=False)
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        committed = sum(max(tp.offset, 0) for tp in consumer.committed(wanted, timeout=10))
+    finally:
+        consumer.close()
+    return values, committed
+
+
+def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
+    """Start the components under `work_dir`, run the traffic, stop everything, run the
+    audit report; return the result."""
+    began = time.monotonic()
+    suffix = uuid.uuid4().hex[:8]
+    topic, group = f"demo-{suffix}", f"demo-group-{suffix}"
+    values = [f"record-{i:06d}".encode() for i in range(records)]
+    audit_dir = work_dir / "audit"
+    with ExitStack() as stack:
+        broker = stack.enter_context(start_broker(work_dir))
+        zookeeper = stack.enter_context(start_zookeeper(work_dir))
+        zk_version = prepare_zookeeper(zookeeper)
+        password = add_reader(zookeeper)
+        clients = choose_bootstrap(broker, zookeeper, stack, audit_dir)
+
+        create_topic(clients.plaintext, topic, partitions)
+        produced = produce(clients.plaintext, topic, values)
+        login = {
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": READER, "sasl.password": password,
+        }
+        received, committed = consume(clients.sasl, topic, group, partitions, records, login)
+        quota = demo_ip_quota(clients.plaintext, zookeeper)
+        result = DemoResult(
+            broker=broker.bootstrap,
+            broker_startup=broker.process.startup_seconds or 0.0,
+            zookeeper=zookeeper.connect_string(CHROOT),
+            zookeeper_startup=zookeeper.process.startup_seconds or 0.0,
+            zookeeper_version=zk_version,
+            bootstrap=clients.plaintext,
+            sasl_bootstrap=clients.sasl,
+            via=clients.via,
+            topic=topic,
+            partitions=partitions,
+            group=group,
+            produced=produced,
+            consumed=len(received),
+            committed=committed,
+            missing=len(set(values) - set(received)),
+            quota=quota,
+            elapsed=0.0,
+            reader=f"User:{READER}",
+            audit_dir=str(audit_dir),
+        )
+    # The sidecar has stopped: its audit files are complete. Now the Spark report.
+    print("ksidecar demo: traffic done; running the audit report's Spark jobs", flush=True)
+    return audit_report(result, work_dir / "report", began)
+
+
+def audit_report(result: DemoResult, out: Path, began: float) -> DemoResult:
+    """Run every Spark job over the demo's audit and read back the demo topic's traffic."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from spark_jobs.report import run_all
+
+    audit_rows = ds.dataset(result.audit_dir, format="parquet", partitioning="hive").count_rows()
+    page = run_all(result.audit_dir, out)
+    traffic = pq.read_table(out / "data" / "traffic" / "topics")
+    mine = traffic.filter(pc.equal(traffic["topic"], result.topic))
+    audited_in: dict[str, int] = {}
+    audited_out: dict[str, int] = {}
+    for row in mine.to_pylist():
+        for totals, column in ((audited_in, "records_in"), (audited_out, "records_out")):
+            if row[column]:
+                totals[row["principal"]] = totals.get(row["principal"], 0) + int(row[column])
+    return replace(
+        result, report=str(page), audit_rows=audit_rows, audited_in=audited_in,
+        audited_out=audited_out, elapsed=time.monotonic() - began,
+    )
+
+
+def summary(result: DemoResult) -> str:
+    """The summary printed at the end of a run."""
+    rows = [
+        ("broker", f"{result.broker} (Tansu, ready in {result.broker_startup:.2f} s)"),
+        (
+            "zookeeper",
+            f"{result.zookeeper} (ZooKeeper {result.zookeeper_version}, "
+            f"ready in {result.zookeeper_startup:.2f} s)",
+        ),
+        ("bootstrap", f"{result.bootstrap} (PLAINTEXT), {result.sasl_bootstrap} (SASL): {result.via}"),
+        ("topic", f"{result.topic} ({result.partitions} partitions)"),
+        ("produced", f"{result.produced} records"),
+        (
+            "consumed",
+            f"{result.consumed} records in group {result.group}, {result.missing} missing",
+        ),
+        ("committed", f"{result.committed} (sum of the group's committed offsets)"),
+        ("quota", result.quota),
+        ("audit", f"{result.audit_rows} rows in {result.audit_dir}"),
+        ("traffic", _traffic_line(result)),
+        ("report", result.report or "not written"),
+        ("elapsed", f"{result.elapsed:.1f} s"),
+        ("result", "OK" if result.ok else "FAILED"),
+    ]
+    return "\n".join(f"  {name:<10} {text}" for name, text in rows)
+
+
+def _traffic_line(result: DemoResult) -> str:
+    """What the report's traffic job says of the demo topic, per principal."""
+    parts = [f"{p} produced {n}" for p, n in sorted(result.audited_in.items())]
+    parts += [f"{p} consumed {n}" for p, n in sorted(result.audited_out.items())]
+    return f"{result.topic}: " + ("; ".join(parts) or "nothing audited") + " (records, from the report)"
+
+
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so the same cleanup runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise _Signalled(signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the process exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m proxy.tools.demo", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--records", type=int, default=1000, help="records to produce (1000)")
+    parser.add_argument("--partitions", type=int, default=3, help="topic partitions (3)")
+    parser.add_argument(
+        "--work-dir", type=Path, help="where logs, the audit and the report go (default: a new temp dir)"
+    )
+    args = parser.parse_args(argv)
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
+    work_dir: Path = args.work_dir or Path(tempfile.mkdtemp(prefix="ksidecar-demo-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    print(f"ksidecar demo: starting Tansu and ZooKeeper (logs in {work_dir})", flush=True)
+    try:
+        result = run(work_dir, records=args.records, partitions=args.partitions)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted: components stopped (logs in {work_dir})", file=sys.stderr)
+        return 128 + (exc.signum if isinstance(exc, _Signalled) else signal.SIGINT)
+    except Exception as exc:
+        print(f"demo failed: {exc}\n(logs in {work_dir})", file=sys.stderr)
+        return 1
+    print(summary(result))
+    print(f"  {'logs':<10} {work_dir}")
+    if result.report:
+        print(f"\nOpen the audit report: file://{result.report}")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
