@@ -51,7 +51,7 @@ Views
 
 Raw exchanges
     An observer with a ``record_exchange(exchange)`` method gets each exchange as one
-    call with the :class:`observers.hub.Exchange` itself — the request and response
+    call with the :class:`observers.exchange.Exchange` itself — the request and response
     frames as they crossed the wire, and the header facts — instead of ``wants`` and the
     two ``record_*`` calls; nothing is decoded for it. This is how the built-in audit
     and Prometheus observers work: they pick the few fields they need from the frames
@@ -108,7 +108,7 @@ class Correlation(NamedTuple):
     correlation_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestInfo:
     """What the sidecar knows of a request besides its body."""
 
@@ -130,7 +130,7 @@ class RequestInfo:
     local: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseInfo:
     """What the sidecar knows of a response besides its body."""
 

@@ -5,13 +5,14 @@ exchange on its worker thread, and that thread shares the GIL with the sidecar's
 loop: on a workload where the event loop is the bottleneck (one-record Produce requests)
 every microsecond the worker holds the GIL is one the data path waits. In process mode
 the sidecar only *packs* each exchange (its facts and the bytes the audit reads) and a
-child process, on another core with its own GIL, runs an ordinary thread-mode
-:class:`~observers.audit.AuditObserver` on what it receives.
+child process, on another core with its own GIL, records them with the same
+:class:`~observers.audit_rows.AuditRecorder` the thread audit uses.
 
 Hand-off. The hub's worker thread still takes the exchanges off the audit's queue and
-calls :meth:`AuditProcess.offer`, which packs each into a tuple of
-:data:`observers.audit.PACKED_FIELDS`: header facts, a Produce request's body and the
-response body (copied: the frames belong to the data path). A frame of at least
+calls :meth:`ProcessAudit.record_exchange`, which packs each into
+:class:`~observers.audit_rows.AuditFacts`: header facts, a Fetch's max wait, a Produce
+request's body and the response body (copied: the frames belong to the data path). A
+frame of at least
 :data:`PICK_IN_PARENT_BYTES` (batched Produce, most Fetch responses) is not sent: its
 partitions are picked here instead (:mod:`observers.traffic`, a cost that does not grow
 with the records' size) and only they go over, so a megabyte Fetch costs a few hundred
@@ -62,19 +63,17 @@ import sys
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from observers.api import ERROR_LOG_INTERVAL, TICK_INTERVAL, ObserverConfig
-from observers.audit_schema import FETCH_KEY, PRODUCE_KEY
-from observers.hub import Exchange, ObserverError
+from observers.api import ERROR_LOG_INTERVAL, TICK_INTERVAL, Observer, ObserverConfig
+from observers.audit_rows import AuditFacts, AuditRecorder, audit_settings, facts_of
+from observers.errors import ObserverError
+from observers.exchange import Exchange
 from observers.parquet_sink import SinkMetrics
-from observers.traffic import TopicNames, fetch_traffic, produce_traffic
-from protocol.errors import ProtocolError
-
-if TYPE_CHECKING:
-    from observers.audit import AuditObserver, Picked
+from observers.traffic import TopicNames
+from protocol.apis import ApiRegistry
 
 log = logging.getLogger(__name__)
 
@@ -96,61 +95,38 @@ Stats = tuple[float, float, float, float, float, str | None]
 ACK, STATS, CLOSED, READY, FAILED = "ack", "stats", "closed", "ready", "failed"
 
 
-def pack(x: Exchange, names: TopicNames) -> tuple[Any, ...]:
-    """The arguments of :meth:`~observers.audit.AuditObserver.record` for ``x``, as plain
-    picklable values (see the module docstring for what is picked here)."""
-    header, tap = x.header, x.tap
-    api_key: int = header.api_key
-    version: int = header.api_version
-    response = x.response
-    try:
-        body: memoryview | None = x.response_body()
-    except ProtocolError:
-        body = None
-    request = x.request_body() if api_key == PRODUCE_KEY else None
-    picked: Picked | None = None
-    try:
-        if api_key == PRODUCE_KEY:
-            if request is not None and len(request) >= PICK_IN_PARENT_BYTES:
-                picked = produce_traffic(version, request, body, names)
-        elif body is not None:
-            if api_key == FETCH_KEY and len(body) >= PICK_IN_PARENT_BYTES:
-                picked = None, fetch_traffic(version, body, names)
-            elif api_key == METADATA_KEY:
-                names.learn(version, body)
-    except ProtocolError:
-        picked = None  # the child reads it again and gets the same error (its row: facts only)
-    if picked is not None and picked[1]:
-        request = body = None  # the rows need neither (a response's error is per partition)
-    else:
-        picked = None
-    client = tap.client
-    return (
-        x.received, tap.broker_id, tap.listener, client.host, client.port, x.principal,
-        header.client_id, api_key, version, header.correlation_id, x.request_id,
-        x.request_size, len(response) if response is not None else None, x.elapsed,
-        x.upstream_elapsed, x.local, x.expects_response,
-        None if request is None else bytes(request), None if body is None else bytes(body),
-        picked,
-    )
+def pack(x: Exchange, names: TopicNames) -> AuditFacts:
+    """The facts of ``x`` as plain picklable values, owning their bytes (see the module
+    docstring for what is picked here)."""
+    return facts_of(x, names=names, pick_from=PICK_IN_PARENT_BYTES, copy=True)
 
 
-class AuditProcess:
-    """The parent's side: packs exchanges, feeds the child, publishes its metrics. Every
-    method but the constructor runs on the audit's worker thread (one at a time)."""
+class ProcessAudit(Observer):
+    """The process audit (module docstring): the parent's side packs exchanges, feeds the
+    child and publishes its metrics. Every method but ``configure`` runs on the audit's
+    worker thread (one at a time)."""
 
-    def __init__(self, config: ObserverConfig, owner: AuditObserver) -> None:
-        self.owner = owner
-        self.metrics = SinkMetrics(config.registry)
+    name = "audit"
+
+    def __init__(self) -> None:
         self.names = TopicNames()
-        self.batch: list[tuple[Any, ...]] = []
+        self.batch: list[AuditFacts] = []
         self.in_flight = 0
-        self.closed = False
+        #: True until the child runs, and once it was stopped.
+        self.closed = True
         self._closing = False
         #: Why the child is gone (``None`` while it serves).
         self.failure: str | None = None
         self._seen = [0.0, 0.0, 0.0]  # rows written, files written, errors: totals published
         self._last_log = -ERROR_LOG_INTERVAL
+        #: Set by the hub to this observer's ``ksidecar_observer_errors_total``
+        #: (observers.api, "Work elsewhere"): the child's failures are counted there.
+        self.hub_errors: Any = None
+
+    def configure(self, config: ObserverConfig) -> None:
+        """Start the child and configure its audit with the same keys (its errors are
+        raised here, naming the key)."""
+        self.metrics = SinkMetrics(config.registry)
         ours, theirs = socket.socketpair()
         root = str(Path(__file__).resolve().parent.parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -163,6 +139,7 @@ class AuditProcess:
         )
         theirs.close()
         self.conn = Connection(ours.detach())
+        self.closed = False
         atexit.register(self._abandon)
         reply: Any = None
         try:
@@ -183,8 +160,8 @@ class AuditProcess:
 
     # -- on the worker thread ----------------------------------------------------------
 
-    def offer(self, x: Exchange) -> None:
-        """Pack ``x``; send the batch when it is full."""
+    def record_exchange(self, x: Exchange) -> None:
+        """Pack ``x`` (:func:`pack`); send the batch when it is full."""
         if self.failure is not None:
             raise ObserverError(f"audit process: {self.failure}")
         batch = self.batch
@@ -192,7 +169,7 @@ class AuditProcess:
         if len(batch) >= BATCH:
             self._send(None)
 
-    def tick(self) -> None:
+    def tick(self, now: float) -> None:
         """Send what is packed; publish what the child reported; notice a dead child."""
         if self.failure is not None:
             return
@@ -234,8 +211,8 @@ class AuditProcess:
             if deadline is not None and time.monotonic() >= deadline:
                 log.warning("audit process: %d exchange(s) not handed over by the deadline",
                             len(self.batch))
-                if self.owner.hub_errors is not None:
-                    self.owner.hub_errors.inc(len(self.batch))
+                if self.hub_errors is not None:
+                    self.hub_errors.inc(len(self.batch))
                 self.batch = []
                 return
             self._receive(TICK_INTERVAL)
@@ -249,8 +226,8 @@ class AuditProcess:
                 return
             except OSError as exc:
                 self._fail(f"broke its pipe ({exc})")
-        if self.owner.hub_errors is not None:  # each exchange lost is one error
-            self.owner.hub_errors.inc(len(batch))
+        if self.hub_errors is not None:  # each exchange lost is one error
+            self.hub_errors.inc(len(batch))
 
     def _receive(self, timeout: float) -> str | None:
         """Take the child's messages (waiting up to ``timeout`` for the first); return the
@@ -281,8 +258,8 @@ class AuditProcess:
         if files > seen[1]:
             self.metrics.files_written.inc(files - seen[1])
         if errors > seen[2]:
-            if self.owner.hub_errors is not None:
-                self.owner.hub_errors.inc(errors - seen[2])
+            if self.hub_errors is not None:
+                self.hub_errors.inc(errors - seen[2])
             now = time.monotonic()
             if now - self._last_log >= ERROR_LOG_INTERVAL:
                 self._last_log = now
@@ -321,8 +298,8 @@ class AuditProcess:
 class _Stats:
     """What the child reports: totals from its sink's metrics, and its exceptions."""
 
-    def __init__(self, registry: CollectorRegistry, audit: AuditObserver) -> None:
-        self.registry, self.audit = registry, audit
+    def __init__(self, registry: CollectorRegistry, recorder: AuditRecorder) -> None:
+        self.registry, self.recorder = registry, recorder
         self.errors = 0
         self.message: str | None = None
         self.last: Stats | None = None
@@ -330,11 +307,10 @@ class _Stats:
     def snapshot(self) -> Stats:
         """``(rows written, files written, buffered rows, last flush, errors, last error)``."""
         value = self.registry.get_sample_value
-        sink = self.audit.sink
         self.last = (
             value("ksidecar_audit_rows_written_total") or 0.0,
             value("ksidecar_audit_files_written_total") or 0.0,
-            float(sink.buffered()) if sink is not None else 0.0,
+            float(self.recorder.sink.buffered()),
             value("ksidecar_audit_last_flush_timestamp_seconds") or 0.0,
             float(self.errors), self.message,
         )
@@ -351,28 +327,35 @@ class _Stats:
         self.message = f"{type(exc).__name__}: {exc}"
 
 
+def _open_recorder(
+    entries: dict[str, str], broker_id: int, context: dict[str, str], registry: CollectorRegistry
+) -> AuditRecorder:
+    settings = audit_settings(entries)
+    key = context.get("sidecar.broker.metadata.api.key")
+    return AuditRecorder.open(
+        settings, broker_id=broker_id, apis=ApiRegistry(int(key)) if key else ApiRegistry(),
+        metrics=SinkMetrics(registry),
+    )
+
+
 def child_main(conn: Connection) -> None:
     """The audit process: configure, then record batches until stopped, EOF or orphaned."""
-    from observers.audit import AuditObserver
-
     try:
         entries, broker_id, context, parent_pid = conn.recv()
     except (EOFError, OSError):
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s audit-process %(name)s: %(message)s")
-    audit = AuditObserver()
     registry = CollectorRegistry()
-    entries = {**entries, "observer.audit.isolation": "thread"}
     try:
-        audit.configure(ObserverConfig(entries, broker_id=broker_id, registry=registry, context=context))
+        recorder = _open_recorder(entries, broker_id, context, registry)
     except Exception as exc:
         message = str(exc) if isinstance(exc, ObserverError) else (
             f"observer 'audit': configure failed in the audit process: {exc}")
         conn.send((FAILED, message))
         return
-    stats = _Stats(registry, audit)
+    stats = _Stats(registry, recorder)
     conn.send((READY, stats.snapshot()))
-    record = audit.record
+    record = recorder.record
     next_tick = time.time() + TICK_INTERVAL
     try:
         while True:
@@ -383,9 +366,9 @@ def child_main(conn: Connection) -> None:
                     break  # the sidecar is gone
                 if batch is None:
                     break
-                for packed in batch:
+                for facts in batch:
                     try:
-                        record(*packed)
+                        record(facts)
                     except Exception as exc:
                         stats.failed(exc)
                 conn.send((ACK, stats.snapshot()))
@@ -393,7 +376,7 @@ def child_main(conn: Connection) -> None:
             if now >= next_tick:
                 next_tick = now + TICK_INTERVAL
                 try:
-                    audit.tick(now)
+                    recorder.tick(now)
                 except Exception as exc:
                     stats.failed(exc)
                 if os.getppid() != parent_pid:
@@ -402,7 +385,7 @@ def child_main(conn: Connection) -> None:
                     conn.send((STATS, stats.snapshot()))
     except OSError:
         pass  # the pipe broke while answering: the parent is gone; still flush below
-    audit.close(0.0)
+    recorder.close()
     with contextlib.suppress(OSError):
         conn.send((CLOSED, stats.snapshot()))
 

@@ -12,7 +12,17 @@ in :data:`PARTITION_COLUMNS`.
 
 This module imports pyarrow only, so a Spark job (which may run where the sidecar does
 not) can share it. Changing a column is a schema change: bump :data:`SCHEMA_VERSION`,
-which every file carries in its key-value metadata under ``ksidecar.audit.schema``.
+which every file carries in its key-value metadata under :data:`VERSION_KEY`, and keep the
+readers able to read every version in :data:`READABLE_VERSIONS`.
+
+Versions:
+
+1. The columns up to ``records``.
+2. Adds ``topic_partitions`` (the topic inventory: a Metadata request gets one more row,
+   ``first_row`` false, per topic its response reported that this sidecar has not recorded
+   in the same hour) and ``max_wait_ms`` (a Fetch's designed wait, for long-poll-aware
+   latency). Version 1 files read as version 2 with both columns null: readers give the
+   full schema and Parquet fills the columns a file lacks with nulls.
 """
 
 from __future__ import annotations
@@ -20,7 +30,11 @@ from __future__ import annotations
 import pyarrow as pa
 
 #: Written into each file's metadata; readers may refuse versions they do not know.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The file metadata key that holds the schema version (as text).
+VERSION_KEY = "ksidecar.audit.schema"
+#: The versions readers of this module's schema accept (older files read with nulls).
+READABLE_VERSIONS = (1, 2)
 
 #: Hive partition directories, outermost first (values are strings in the paths).
 PARTITION_COLUMNS = ("dt", "hour")
@@ -50,16 +64,18 @@ _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     ("upstream_latency_us", pa.int64(), True, "request forwarded to broker response received, microseconds; null when answered locally or no response"),
     ("local", pa.bool_(), False, "true when the sidecar answered the request itself"),
     ("acks", pa.int16(), True, "Produce acks (0, 1, -1); null for other APIs"),
-    ("topic", pa.string(), True, "topic of a Produce/Fetch row (Fetch topic ids mapped to names where known)"),
+    ("topic", pa.string(), True, "topic of a Produce/Fetch row (Fetch topic ids mapped to names where known), or of a Metadata inventory row"),
     ("partition", pa.int32(), True, "partition of a Produce/Fetch row"),
     ("bytes", pa.int64(), True, "record bytes produced (request) or fetched (response) for this partition"),
     ("records", pa.int64(), True, "records produced or fetched for this partition"),
+    ("topic_partitions", pa.int32(), True, "on a Metadata inventory row (first_row false): the partition count the response reported for topic, recorded at most once per topic per hour per sidecar; null elsewhere (v2)"),
+    ("max_wait_ms", pa.int32(), True, "a Fetch request's MaxWaitMs: how long the broker may hold it by design (a long poll); null for other APIs (v2)"),
 ]
 
 #: The Arrow schema of every audit file (partition columns excluded).
 AUDIT_SCHEMA = pa.schema(
     [pa.field(name, dtype, nullable=nullable, metadata={"doc": doc}) for name, dtype, nullable, doc in _FIELDS],
-    metadata={"ksidecar.audit.schema": str(SCHEMA_VERSION)},
+    metadata={VERSION_KEY: str(SCHEMA_VERSION)},
 )
 
 #: Column names in file order.
@@ -71,6 +87,8 @@ DOCS: dict[str, str] = {name: doc for name, _, _, doc in _FIELDS}
 #: API keys whose rows are per topic-partition.
 PRODUCE_KEY = 0
 FETCH_KEY = 1
+#: The API key whose responses list the topics (the inventory rows).
+METADATA_KEY = 3
 
 
 def markdown_table() -> str:
@@ -79,3 +97,25 @@ def markdown_table() -> str:
     for name, dtype, nullable, doc in _FIELDS:
         lines.append(f"| `{name}` | {dtype} | {'yes' if nullable else 'no'} | {doc} |")
     return "\n".join(lines) + "\n"
+
+
+class UnreadableVersion(ValueError):
+    """An audit file written with a schema version this reader does not know (or none)."""
+
+
+def check_version(text: str | bytes | None, where: str) -> int:
+    """The schema version a file's metadata value ``text`` names, if this module can read
+    it; else :class:`UnreadableVersion` naming ``where`` (the file)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    try:
+        version = int(text) if text is not None else None
+    except ValueError:
+        version = None
+    if version not in READABLE_VERSIONS:
+        found = "no schema version" if text is None else f"schema version {text!r}"
+        readable = ", ".join(map(str, READABLE_VERSIONS))
+        raise UnreadableVersion(f"{where}: {found} in its metadata ({VERSION_KEY}); "
+                                f"this reader knows versions {readable}")
+    assert version is not None
+    return version

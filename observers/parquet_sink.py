@@ -194,7 +194,7 @@ class ParquetSink:
         journal.writer.close()
         journal.file.flush()
         try:
-            written = _complete(journal.path, journal.directory, journal.base, self.schema)
+            written = _complete(journal.path, journal.directory, journal.base)
         finally:
             journal.file.close()  # releases the lock only now: recovery never races a roll
         self._journal_rows -= journal.rows
@@ -219,7 +219,7 @@ class ParquetSink:
                 except BlockingIOError:
                     continue  # a live writer's
                 base = path.name[1 : -len(JOURNAL_SUFFIX)]
-                written = _complete(path, path.parent, base, self.schema)
+                written = _complete(path, path.parent, base)
             if written is not None:
                 recovered += written[1]
                 self.metrics.files_written.inc()
@@ -247,7 +247,7 @@ def read_journal(path: Path) -> list[pa.RecordBatch]:
     return batches
 
 
-def _complete(path: Path, directory: Path, base: str, schema: pa.Schema) -> tuple[Path, int] | None:
+def _complete(path: Path, directory: Path, base: str) -> tuple[Path, int] | None:
     """Journal → temporary Parquet → fsync → rename → delete the journal.
 
     Returns the final path and its rows, or ``None`` when the journal held none. A final
@@ -263,7 +263,9 @@ def _complete(path: Path, directory: Path, base: str, schema: pa.Schema) -> tupl
         path.unlink(missing_ok=True)
         return None
     tmp = directory / f".{base}{TMP_SUFFIX}"
-    table = pa.Table.from_batches(batches, schema=schema)
+    # A journal keeps the schema it was written with: one an older sidecar left (a former
+    # audit schema version) is completed as that version, which readers still accept.
+    table = pa.Table.from_batches(batches, schema=batches[0].schema)
     with open(tmp, "wb") as out:
         pq.write_table(table, out)
         out.flush()

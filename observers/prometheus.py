@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from observers.api import Observer, ObserverConfig
 from observers.audit_schema import FETCH_KEY, PRODUCE_KEY
-from observers.hub import Exchange, ObserverError
+from observers.errors import ObserverError
+from observers.exchange import Exchange
 from observers.traffic import PartitionTraffic, TopicNames, fetch_traffic, produce_traffic
 from protocol.errors import ProtocolError
 

@@ -15,6 +15,7 @@ a message of its version (the decoder would refuse it too: :mod:`protocol.pick`)
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from protocol.apis import DEFAULT_REGISTRY
@@ -39,6 +40,15 @@ FETCH_RESPONSE = Picker(DEFAULT_REGISTRY.api(1).response, {
                   "Partitions": {"PartitionIndex": None, "ErrorCode": None, "Records": None}},
 })  # fmt: skip
 METADATA_RESPONSE = Picker(DEFAULT_REGISTRY.api(3).response, {"Topics": {"Name": None, "TopicId": None}})
+#: What the audit's topic inventory reads of a Metadata response.
+METADATA_INVENTORY = Picker(DEFAULT_REGISTRY.api(3).response, {
+    "Topics": {"ErrorCode": None, "Name": None, "TopicId": None,
+               "Partitions": {"PartitionIndex": None}},
+})  # fmt: skip
+FETCH_REQUEST = Picker(DEFAULT_REGISTRY.api(1).request, {"MaxWaitMs": None})
+#: Topics the audit remembers per hour for its inventory (then it records no new ones
+#: until the hour changes).
+MAX_INVENTORY_TOPICS = 100_000
 
 
 class PartitionTraffic(NamedTuple):
@@ -63,6 +73,10 @@ class TopicNames:
     def learn(self, version: int, metadata_response: memoryview) -> None:
         """Remember every (id, name) pair a Metadata response body holds."""
         (topics,) = METADATA_RESPONSE.pick(version, metadata_response)
+        self.learn_pairs(topics)
+
+    def learn_pairs(self, topics: Iterable[tuple[str | None, uuid.UUID]]) -> None:
+        """Remember ``(name, id)`` pairs (nameless or id-less ones are skipped)."""
         for name, topic_id in topics:
             known = topic_id != _NULL_ID
             if name and known and (topic_id in self._names or len(self._names) < MAX_TOPIC_IDS):
@@ -128,3 +142,48 @@ def fetch_traffic(version: int, response: memoryview, names: TopicNames) -> list
             size, records = _records(response, span)
             out.append(PartitionTraffic(topic, index, size, records, error))
     return out
+
+
+def fetch_max_wait(version: int, request: memoryview) -> int:
+    """A Fetch request body's ``MaxWaitMs``: how long the broker may hold it (a long poll)."""
+    (max_wait,) = FETCH_REQUEST.pick(version, request)
+    wait: int = max_wait
+    return wait
+
+
+class TopicInventory:
+    """The topics a Metadata response reports, each at most once per hour: the audit's
+    topic inventory (schema v2, ``topic_partitions``).
+
+    A topic is new in an hour the first time it is reported in it, or when its partition
+    count changed since it was last recorded. At most :data:`MAX_INVENTORY_TOPICS` are
+    remembered per hour; the rest wait for the next hour.
+    """
+
+    def __init__(self, limit: int = MAX_INVENTORY_TOPICS) -> None:
+        self.limit = limit
+        self.hour = -1
+        self._seen: dict[str, int] = {}
+
+    def read(self, version: int, metadata_response: memoryview, names: TopicNames) -> list[tuple[str, int]]:
+        """``(topic, partitions)`` of every topic the response reports without an error
+        (and teach ``names`` the ids it carries)."""
+        (topics,) = METADATA_INVENTORY.pick(version, metadata_response)
+        names.learn_pairs((name, topic_id) for _, name, topic_id, _ in topics)
+        return [(name, len(partitions)) for error, name, _, partitions in topics
+                if error == 0 and name]
+
+    def fresh(self, hour: int, topics: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Of ``topics`` reported in ``hour`` (hours since the epoch), those to record."""
+        if hour > self.hour:
+            self.hour = hour
+            self._seen.clear()
+        seen, out = self._seen, []
+        for name, partitions in topics:
+            if seen.get(name) == partitions:
+                continue
+            if name not in seen and len(seen) >= self.limit:
+                continue
+            seen[name] = partitions
+            out.append((name, partitions))
+        return out

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from observers.api import ObserverConfig
 from observers.audit import AuditObserver
-from observers.audit_process import PICK_IN_PARENT_BYTES, AuditProcess
+from observers.audit_process import PICK_IN_PARENT_BYTES, ProcessAudit
 from observers.hub import ObserverError, ObserverHub, Settings
 from protocol.apis import DEFAULT_REGISTRY
 from protocol.headers import decode_request_header
@@ -77,8 +77,11 @@ class Audit:
         for request, response in exchanges:
             header = decode_request_header(request[4:])
             head = DEFAULT_REGISTRY.api(header.api_key).response_header_version(header.api_version)
-            self.tap.completed(header, head, "User:alice", request, len(request),
-                               1_700_000_000.5, response is not None, False, response, 0.004, 0.003)
+            self.tap.completed(header=header, response_header_version=head,
+                               principal="User:alice", frame=request, request_size=len(request),
+                               received_at=1_700_000_000.5, expects_response=response is not None,
+                               local=False, response=response, elapsed=0.004,
+                               upstream_elapsed=0.003)
         while self.worker.items:
             self.worker.deliver(self.worker.items.popleft())  # type: ignore[arg-type]
 
@@ -86,9 +89,9 @@ class Audit:
         return self.registry.get_sample_value(name, {"observer": "audit"} if "observer_" in name else None)
 
     @property
-    def remote(self) -> AuditProcess:
-        assert self.audit.remote is not None
-        return self.audit.remote
+    def remote(self) -> ProcessAudit:
+        assert isinstance(self.audit.audit, ProcessAudit)
+        return self.audit.audit
 
 
 def rows(directory: Path) -> list[dict[str, Any]]:
@@ -140,7 +143,7 @@ def test_the_sidecar_config_validates_the_isolation_key() -> None:
 
 def test_exceptions_in_the_child_are_counted_in_the_hub_errors(tmp_path: Path) -> None:
     audit = Audit(tmp_path, "process")
-    audit.remote.batch.append(("not", "an", "exchange"))
+    audit.remote.batch.append(("not", "an", "exchange"))  # type: ignore[arg-type]
     audit.feed(EXCHANGES[:2])
     audit.audit.tick(time.time())
     deadline = time.monotonic() + 10
@@ -149,7 +152,8 @@ def test_exceptions_in_the_child_are_counted_in_the_hub_errors(tmp_path: Path) -
         audit.audit.tick(time.time())
     assert audit.value("ksidecar_observer_errors_total") == 1
     audit.audit.close(30)
-    assert audit.value("ksidecar_audit_rows_written_total") == 3  # the good ones still written
+    # the good ones still written: Metadata (its row and one inventory row) and 2 partitions
+    assert audit.value("ksidecar_audit_rows_written_total") == 4
 
 
 def test_a_dead_child_makes_errors_not_a_crash(tmp_path: Path) -> None:
@@ -174,7 +178,7 @@ def test_the_child_flushes_and_exits_when_its_pipe_closes(tmp_path: Path) -> Non
     audit.audit.tick(time.time())  # sends the batch
     audit.remote.conn.close()
     assert audit.remote.process.wait(20) == 0
-    assert len(rows(tmp_path)) == 10
+    assert len(rows(tmp_path)) == 11  # 10 exchange rows and the inventory row of "orders"
     assert not list(tmp_path.rglob(".*"))  # every journal rolled
 
 

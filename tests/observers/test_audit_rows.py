@@ -18,7 +18,8 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from prometheus_client import CollectorRegistry
 
 from observers.api import ObserverConfig
-from observers.audit import AuditObserver, error_picker
+from observers.audit import AuditObserver, ThreadAudit
+from observers.audit_rows import error_picker
 from observers.audit_schema import COLUMNS
 from observers.hub import ObserverHub, Settings
 from observers.prometheus import PrometheusObserver
@@ -48,21 +49,25 @@ class Harness:
                                             registry=self.registry))
         self.hub = ObserverHub([(self.audit, "audit", Settings())], DEFAULT_REGISTRY, self.registry)
         self.tap = self.hub.tap("PLAINTEXT", "10.1.2.3", 40000, 2)
+        assert isinstance(self.audit.audit, ThreadAudit) and self.audit.audit.recorder is not None
+        self.sink = self.audit.audit.recorder.sink
 
     def exchange(self, request: bytes, response: bytes | None, *, acks0: bool = False,
-                 principal: str = "User:ANONYMOUS") -> list[dict[str, Any]]:
+                 principal: str = "User:ANONYMOUS", received: float = 1_700_000_000.5,
+                 ) -> list[dict[str, Any]]:
         header = decode_request_header(request[4:])
         api = DEFAULT_REGISTRY.get(header.api_key)
         known = api is not None and header.api_version in api.versions
         head = api.response_header_version(header.api_version) if api is not None and known else 0
-        self.tap.completed(header, head, principal,
-                           request, len(request), 1_700_000_000.5, not acks0, False, response,
-                           0.004, 0.003)
+        self.tap.completed(header=header, response_header_version=head, principal=principal,
+                           frame=request, request_size=len(request), received_at=received,
+                           expects_response=not acks0, local=False, response=response,
+                           elapsed=0.004, upstream_elapsed=0.003)
         worker = self.hub.workers[0]
-        before = len(self.audit.sink._buffer)  # type: ignore[union-attr]
+        before = len(self.sink._buffer)
         while worker.items:
             worker.deliver(worker.items.popleft())  # type: ignore[arg-type]
-        rows = self.audit.sink._buffer[before:]  # type: ignore[union-attr]
+        rows = self.sink._buffer[before:]
         return [dict(zip(COLUMNS, r, strict=True)) for r in rows]
 
 
@@ -124,9 +129,10 @@ def test_fetch_rows_map_topic_ids_learned_from_metadata_and_walk_legacy_sets(tmp
 
 def test_other_apis_get_one_row_with_the_top_level_or_first_error(tmp_path: Path) -> None:
     h = Harness(tmp_path)
-    (row,) = h.exchange(request_frame(3, 1, 5, {"Topics": []}), response_frame(3, 1, 5, {
+    row, inventory = h.exchange(request_frame(3, 1, 5, {"Topics": []}), response_frame(3, 1, 5, {
         "Topics": [{"Name": "a", "ErrorCode": 0}, {"Name": "b", "ErrorCode": 3}]}))
     assert (row["api_name"], row["error_code"], row["topic"], row["first_row"]) == ("Metadata", 3, None, True)
+    assert (inventory["topic"], inventory["topic_partitions"], inventory["first_row"]) == ("a", 0, False)
     (row,) = h.exchange(request_frame(18, 3, 6, {}), response_frame(18, 3, 6, {"ErrorCode": 35}))
     assert (row["api_name"], row["error_code"]) == ("ApiVersions", 35)
     fetch_nothing = request_frame(1, 12, 7, {"Topics": []})
@@ -228,8 +234,9 @@ def test_other_apis_get_their_error_as_the_values_say(tmp_path_factory: Any, dat
     key, version = data.draw(st.sampled_from(ERROR_CASES))
     spec = DEFAULT_REGISTRY.api(key).response
     value = data.draw(message_values(spec, version))
-    (row,) = h.exchange(request_frame(key, version, 21, b""), response_frame(key, version, 21, value))
+    row, *inventory = h.exchange(request_frame(key, version, 21, b""), response_frame(key, version, 21, value))
     assert row["error_code"] == expected_error(spec, version, value)
+    assert (key == 3 or not inventory) and all(r["topic_partitions"] is not None for r in inventory)
 
 
 def test_the_prometheus_observer_counts_from_frames() -> None:
@@ -243,8 +250,11 @@ def test_the_prometheus_observer_counts_from_frames() -> None:
     def exchange(request: bytes, response: bytes | None, principal: str = "User:alice") -> None:
         header = decode_request_header(request[4:])
         api = DEFAULT_REGISTRY.api(header.api_key)
-        tap.completed(header, api.response_header_version(header.api_version), principal, request,
-                      len(request), 0.0, True, False, response, 0.1, 0.1)
+        tap.completed(header=header,
+                      response_header_version=api.response_header_version(header.api_version),
+                      principal=principal, frame=request, request_size=len(request),
+                      received_at=0.0, expects_response=True, local=False, response=response,
+                      elapsed=0.1, upstream_elapsed=0.1)
         hub.workers[0].deliver(hub.workers[0].items.popleft())  # type: ignore[arg-type]
 
     batch = record_batch(3, 40)
@@ -265,3 +275,51 @@ def test_the_prometheus_observer_counts_from_frames() -> None:
         ("out", "orders", "User:alice", "ksidecar_observed_bytes_total"): 2 * len(batch),
         ("out", "orders", "User:alice", "ksidecar_observed_records_total"): 6,
     }
+
+
+def metadata(correlation_id: int, topics: dict[str, int], missing: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
+    """A Metadata v12 exchange reporting ``topics`` (name → partitions) and ``missing``
+    ones with UNKNOWN_TOPIC_OR_PARTITION."""
+    reported = [
+        {"Name": name, "TopicId": uuid.uuid5(uuid.NAMESPACE_OID, name), "ErrorCode": 0,
+         "Partitions": [{"PartitionIndex": i, "LeaderId": 1, "ReplicaNodes": [1], "IsrNodes": [1]}
+                        for i in range(count)]}
+        for name, count in topics.items()
+    ] + [{"Name": name, "ErrorCode": 3, "Partitions": []} for name in missing]
+    return (request_frame(3, 12, correlation_id, {"Topics": None}),
+            response_frame(3, 12, correlation_id, {"Topics": reported}))
+
+
+def test_metadata_responses_record_each_topic_once_an_hour(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    ten = 1_767_261_600.0  # 2026-01-01 10:00:00 UTC
+
+    def inventory(at: float, topics: dict[str, int], missing: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+        rows = h.exchange(*metadata(int(at) % 1000, topics, missing), received=at)
+        assert rows[0]["first_row"] and rows[0]["topic"] is None
+        assert all(not r["first_row"] and r["api_name"] == "Metadata" for r in rows[1:])
+        return [(r["topic"], r["topic_partitions"]) for r in rows[1:]]
+
+    assert inventory(ten + 5, {"orders": 3, "audit": 1}, ("ghost",)) == [("orders", 3), ("audit", 1)]
+    assert inventory(ten + 60, {"orders": 3, "audit": 1}) == []  # same hour, same counts
+    assert inventory(ten + 120, {"orders": 6, "new": 2}) == [("orders", 6), ("new", 2)]
+    assert inventory(ten + 3599, {"orders": 6}) == []
+    assert inventory(ten + 3600, {"orders": 6, "audit": 1}) == [("orders", 6), ("audit", 1)]
+
+
+def test_fetch_rows_carry_the_requests_max_wait(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    batch = record_batch(2, 10)
+    fetch = request_frame(1, 12, 9, {"MaxWaitMs": 500, "MinBytes": 1, "Topics": [
+        {"Topic": "t", "Partitions": [{"Partition": 0}]}]})
+    rows = h.exchange(fetch, response_frame(1, 12, 9, {"Responses": [
+        {"Topic": "t", "Partitions": [{"PartitionIndex": 0, "Records": batch},
+                                      {"PartitionIndex": 1, "Records": None}]}]}))
+    assert [(r["partition"], r["max_wait_ms"]) for r in rows] == [(0, 500), (1, 500)]
+    empty = request_frame(1, 4, 10, {"MaxWaitMs": 100, "Topics": []})
+    (row,) = h.exchange(empty, None)
+    assert (row["topic"], row["max_wait_ms"], row["latency_us"]) == (None, 100, None)
+    produce = request_frame(0, 9, 11, {"TransactionalId": None, "Acks": 1, "TimeoutMs": 1000,
+                                       "TopicData": [{"Name": "t", "PartitionData": [{"Index": 0, "Records": batch}]}]})
+    (row,) = h.exchange(produce, None)
+    assert row["max_wait_ms"] is None

@@ -11,16 +11,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from observers.api import ObserverConfig
-from observers.hub import (
-    WAKE_BATCH,
-    Exchange,
-    ObserverError,
-    ObserverHub,
-    Settings,
-    Tap,
-    construct,
-    settings_for,
-)
+from observers.errors import ObserverError
+from observers.exchange import Exchange
+from observers.hub import ObserverHub, Tap
+from observers.loader import construct, settings_for
+from observers.worker import WAKE_BATCH, Settings
 from protocol.apis import DEFAULT_REGISTRY
 from protocol.errors import ProtocolError
 from protocol.headers import decode_request_header, encode_response_header
@@ -46,8 +41,10 @@ def hub_of(*observers: tuple[Any, str, Settings]) -> tuple[ObserverHub, Collecto
 
 def complete(tap: Tap, correlation_id: int = 7, *, sent: bool = True) -> None:
     header, frame, response = metadata_exchange(correlation_id)
-    tap.completed(header, 1, "User:ANONYMOUS", frame, len(frame), time.time(), True, False,
-                  response if sent else None, 0.002, 0.001)
+    tap.completed(header=header, response_header_version=1, principal="User:ANONYMOUS",
+                  frame=frame, request_size=len(frame), received_at=time.time(),
+                  expects_response=True, local=False, response=response if sent else None,
+                  elapsed=0.002, upstream_elapsed=0.001)
 
 
 def value(registry: CollectorRegistry, name: str, observer: str) -> float:
@@ -150,7 +147,7 @@ def test_close_of_a_never_started_hub_closes_its_observers_here() -> None:
     observer = fakes.CountingObserver()
     hub, _ = hub_of((observer, "counting", Settings()))
     hub.close(1)
-    assert observer.closed_with == 1
+    assert observer.closed_with is not None and 0.5 < observer.closed_with <= 1
     assert observer.threads == {threading.current_thread().name}
     hub.offer(object())  # type: ignore[arg-type]  # after close: ignored
 
@@ -214,8 +211,10 @@ def test_response_bodies_behind_tagged_or_v0_headers() -> None:
     header, frame, _ = metadata_exchange(1)
 
     def body_of(response: bytes, header_version: int) -> bytes | None:
-        tap.completed(header, header_version, "User:ANONYMOUS", frame, len(frame), 0.0, True,
-                      False, response, 0.1, 0.1)
+        tap.completed(header=header, response_header_version=header_version,
+                      principal="User:ANONYMOUS", frame=frame, request_size=len(frame),
+                      received_at=0.0, expects_response=True, local=False, response=response,
+                      elapsed=0.1, upstream_elapsed=0.1)
         exchange = hub.workers[0].items.pop()
         assert isinstance(exchange, Exchange)
         found = exchange.response_body()
@@ -242,3 +241,56 @@ def test_an_idle_worker_is_woken_by_a_batch_not_by_each_exchange() -> None:
     assert not worker._wake.is_set()
     complete(tap, 4)
     assert worker._wake.is_set()
+
+
+class TickTimes(fakes.CountingObserver):
+    """Remembers the ``now`` of each tick."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def tick(self, now: float) -> None:
+        self.times.append(now)
+
+
+async def test_a_trio_task_drives_the_workers_on_the_virtual_clock(autojump_clock: Any) -> None:
+    """The hub's clock is injected: under MockClock, ticks come at 0.1 s of virtual time and
+    no thread runs (the test's task is the worker's loop)."""
+    import trio
+
+    observer = TickTimes()
+    hub = ObserverHub([(observer, "ticks", Settings())], DEFAULT_REGISTRY, CollectorRegistry(),
+                      clock=trio.current_time)
+    began = trio.current_time()
+    complete(hub.tap("PLAINTEXT", "127.0.0.1", 1, 0), 7)
+    for _ in range(5):
+        due = hub.run_due()
+        assert due is not None
+        await trio.sleep_until(due)
+    assert [kind for kind, _ in observer.calls] == ["request", "response"]  # on the first run
+    assert [round(t - began, 6) for t in observer.times] == [0.1, 0.2, 0.3, 0.4]
+    assert trio.current_time() - began == pytest.approx(0.5)
+    hub.close(2.0)
+    assert observer.closed_with == 2.0  # no time passes on the virtual clock while closing
+    assert observer.threads == {threading.current_thread().name}
+    assert hub.run_due() is None
+
+
+async def test_blocked_exchanges_wait_block_max_on_the_virtual_clock(autojump_clock: Any) -> None:
+    import trio
+
+    registry = CollectorRegistry()
+    hub = ObserverHub([(fakes.CountingObserver(), "slow", Settings(capacity=1, overflow="block",
+                                                                    block_max=0.3))],
+                      DEFAULT_REGISTRY, registry, clock=trio.current_time)
+    tap = hub.tap("PLAINTEXT", "127.0.0.1", 1, 0)
+    complete(tap, 1)
+    complete(tap, 2)  # no room: kept for retry
+    assert len(tap.blocked) == 1
+    await trio.sleep(0.2)
+    assert not tap.retry()  # still within block.max.ms
+    await trio.sleep(0.2)
+    assert tap.retry()  # 0.4 s > 0.3 s: dropped and counted
+    assert value(registry, "ksidecar_observer_dropped_total", "slow") == 1
+    hub.close(1)

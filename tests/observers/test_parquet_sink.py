@@ -33,7 +33,7 @@ def row(i: int, micros: int = T0) -> tuple[Any, ...]:
         "api_name": "Produce", "api_version": 9, "correlation_id": i, "request_id": i,
         "first_row": True, "error_code": 0, "request_bytes": 100, "response_bytes": 50,
         "latency_us": 10, "upstream_latency_us": 5, "local": False, "acks": 1, "topic": "t",
-        "partition": 0, "bytes": 70, "records": 1,
+        "partition": 0, "bytes": 70, "records": 1, "topic_partitions": None, "max_wait_ms": None,
     }
     return tuple(values[c] for c in COLUMNS)
 
@@ -69,7 +69,7 @@ def test_rows_roll_into_complete_files_by_row_count(tmp_path: Path) -> None:
     assert set(table.column("dt").to_pylist()) == {"2026-03-04"}
     assert set(table.column("hour").to_pylist()) == {5}
     assert table.schema.field("time").type == pa.timestamp("us", tz="UTC")
-    assert pq.read_schema(visible(tmp_path)[0]).metadata[b"ksidecar.audit.schema"] == b"1"
+    assert pq.read_schema(visible(tmp_path)[0]).metadata[b"ksidecar.audit.schema"] == b"2"
 
 
 def test_hours_go_to_their_own_partitions_and_age_rolls_files(tmp_path: Path) -> None:
@@ -130,3 +130,23 @@ def test_recovery_prefers_a_completed_file_and_clears_stray_temporaries(tmp_path
     assert sink(tmp_path, clock).recover() == 0
     assert hidden(tmp_path) == [] and visible(tmp_path) == [final]
     assert os.path.getsize(final) > 0
+
+
+def test_a_journal_of_an_older_schema_becomes_a_file_of_its_own_schema(tmp_path: Path) -> None:
+    """A sidecar of the previous version was killed: its v1 journal is completed as v1 (the
+    readers accept both), not forced into today's schema."""
+    from observers.audit_schema import READABLE_VERSIONS, VERSION_KEY
+
+    v1 = pa.schema(list(AUDIT_SCHEMA)[:-2], metadata={VERSION_KEY: "1"})
+    old = ParquetSink(tmp_path, v1, broker_id=lambda: 1, clock=Clock())
+    old.add([row(0)[:-2]])
+    old.flush()
+    for j in old._journals.values():
+        j.file.close()  # what a SIGKILL leaves: the lock goes with the process
+    old._journals.clear()
+    new = sink(tmp_path, Clock())
+    assert new.recover() == 1
+    (path,) = visible(tmp_path)
+    written = pq.read_schema(path)
+    assert written.metadata[VERSION_KEY.encode()] == b"1" and 1 in READABLE_VERSIONS
+    assert written.names == list(AUDIT_SCHEMA.names)[:-2]

@@ -1,0 +1,376 @@
+"""The audit's facts of one exchange, and the rows they become: shared by both audits.
+
+:class:`AuditFacts` is what the audit keeps of an exchange (header facts, and the bytes its
+rows are read from); :class:`AuditRecorder` turns facts into rows of
+:data:`~observers.audit_schema.AUDIT_SCHEMA` and buffers them in a
+:class:`~observers.parquet_sink.ParquetSink`. The thread audit (:mod:`observers.audit`)
+builds facts from each exchange and records them on its worker thread; the process audit
+(:mod:`observers.audit_process`) builds them in the sidecar and records them in a child
+process. Either way the files are the same.
+
+What each row says (:meth:`AuditRecorder.record`):
+
+* Produce: one row per topic-partition of the request (bytes and records produced), with
+  that partition's error from the response; ``acks=0`` gets its rows too, with the
+  response columns null.
+* Fetch: one row per topic-partition of the response (bytes and records the client
+  received), error per partition, and the request's ``max_wait_ms`` (the designed wait of
+  a long poll). Topic ids (v13+) are mapped to names learned from the Metadata responses
+  this audit sees; an id not seen yet is written in its text form (a client that asked
+  another sidecar for metadata: a known gap, see docs/observers.md).
+* Metadata: the request's row, then one inventory row (``first_row`` false,
+  ``topic_partitions`` set) per topic the response reports without error that this
+  audit has not recorded with the same partition count in the same UTC hour
+  (:class:`~observers.traffic.TopicInventory`).
+* A Produce or Fetch naming no partition, and every other API: a single row with the
+  partition columns null and the top-level error (for responses without one, the first
+  non-zero error of a top-level array's entries, else 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from observers.audit_schema import AUDIT_SCHEMA, FETCH_KEY, METADATA_KEY, PRODUCE_KEY
+from observers.errors import ObserverError
+from observers.exchange import Exchange, Frame, Link
+from observers.parquet_sink import ParquetSink, SinkMetrics
+from observers.traffic import (
+    PartitionTraffic,
+    TopicInventory,
+    TopicNames,
+    fetch_max_wait,
+    fetch_traffic,
+    produce_traffic,
+)
+from protocol.apis import Api, ApiRegistry
+from protocol.errors import ProtocolError
+from protocol.headers import RequestHeader
+from protocol.pick import Picker
+from protocol.spec import MessageSpec
+
+#: A Produce ``acks`` (``None`` for other APIs) and the partitions picked from the frames.
+Picked = tuple[int | None, list[PartitionTraffic]]
+
+ISOLATIONS = ("thread", "process")
+
+#: Defaults of the ``observer.audit.*`` keys (proxy/config documents and validates them).
+DEFAULTS = {
+    "observer.audit.dir": "",
+    "observer.audit.flush.interval.ms": "1000",
+    "observer.audit.roll.rows": "1000000",
+    "observer.audit.roll.bytes": str(128 << 20),
+    "observer.audit.roll.ms": "300000",
+    "observer.audit.isolation": "thread",
+}
+
+_HOUR_US = 3_600_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditFacts:
+    """What the audit keeps of one exchange: every row of it is made from these."""
+
+    #: The connection it came over (listener, client address, the sidecar's broker id).
+    link: Link
+    #: The request header (API key and version, correlation id, client id).
+    header: RequestHeader
+    principal: str
+    request_id: int
+    #: When the request was read, Unix seconds.
+    received: float
+    request_size: int
+    #: The response frame's size; ``None`` when none was sent.
+    response_size: int | None
+    elapsed: float | None
+    upstream_elapsed: float | None
+    local: bool
+    expects_response: bool
+    #: A Fetch request's ``MaxWaitMs`` (``None`` for other APIs, or when unreadable).
+    max_wait_ms: int | None = None
+    #: A Produce request's body (``None`` for other APIs, or when ``picked`` is given).
+    request: Frame | None = None
+    #: The response body (``None`` when none was sent, its header was unreadable, or
+    #: ``picked`` holds all the rows need).
+    body: Frame | None = None
+    #: Produce ``acks`` and the partitions, when picked already (``request``/``body`` then
+    #: may be left out).
+    picked: Picked | None = None
+
+
+def facts_of(
+    x: Exchange, *, names: TopicNames | None = None, pick_from: int | None = None,
+    copy: bool = False,
+) -> AuditFacts:
+    """The facts of ``x``, its bodies referenced, or copied with ``copy`` (the frames
+    belong to the data path: facts that leave the thread must own their bytes).
+
+    With ``pick_from`` (the process audit), Produce and Fetch bodies of at least that many
+    bytes are picked here (``names`` maps Fetch topic ids) and left out; Metadata responses
+    teach ``names`` as they pass.
+    """
+    header = x.header
+    api_key = header.api_key
+    response = x.response
+    try:
+        response_body = x.response_body()
+    except ProtocolError:
+        response_body = None
+    produced = x.request_body() if api_key == PRODUCE_KEY else None
+    max_wait: int | None = None
+    if api_key == FETCH_KEY:
+        fetch = x.request_body()
+        if fetch is not None:
+            try:
+                max_wait = fetch_max_wait(header.api_version, fetch)
+            except ProtocolError:
+                max_wait = None
+    picked: Picked | None = None
+    if pick_from is not None and names is not None:
+        picked = _pick_big(api_key, header.api_version, produced, response_body, names, pick_from)
+    request: Frame | None = produced
+    body: Frame | None = response_body
+    if picked is not None:
+        request = body = None  # the rows need neither (a response's error is per partition)
+    elif copy:
+        request = None if produced is None else bytes(produced)
+        body = None if response_body is None else bytes(response_body)
+    return AuditFacts(
+        link=x.link, header=header, principal=x.principal, request_id=x.request_id,
+        received=x.received, request_size=x.request_size,
+        response_size=len(response) if response is not None else None, elapsed=x.elapsed,
+        upstream_elapsed=x.upstream_elapsed, local=x.local,
+        expects_response=x.expects_response, max_wait_ms=max_wait, request=request,
+        body=body, picked=picked,
+    )
+
+
+def _pick_big(
+    api_key: int, version: int, request: memoryview | None, body: memoryview | None,
+    names: TopicNames, pick_from: int,
+) -> Picked | None:
+    """The partitions of a Produce request or Fetch response of at least ``pick_from``
+    bytes (``None`` for smaller ones, other APIs, unreadable bodies and no partitions)."""
+    picked: Picked | None = None
+    try:
+        if api_key == PRODUCE_KEY:
+            if request is not None and len(request) >= pick_from:
+                picked = produce_traffic(version, request, body, names)
+        elif body is not None:
+            if api_key == FETCH_KEY and len(body) >= pick_from:
+                picked = None, fetch_traffic(version, body, names)
+            elif api_key == METADATA_KEY:
+                names.learn(version, body)
+    except ProtocolError:
+        return None  # the recorder reads it again and gets the same error (its row: facts only)
+    return picked if picked is not None and picked[1] else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditSettings:
+    """The ``observer.audit.*`` keys, read and checked."""
+
+    directory: Path
+    flush_interval: float
+    roll_rows: int
+    roll_bytes: int
+    roll_age: float
+    isolation: str
+
+
+def isolation_of(config: Mapping[str, str]) -> str:
+    """``observer.audit.isolation`` (``thread`` or ``process``)."""
+    text = config.get("observer.audit.isolation", DEFAULTS["observer.audit.isolation"])
+    isolation = text.strip().lower() or "thread"
+    if isolation not in ISOLATIONS:
+        raise ObserverError(f"observer.audit.isolation={text!r}: must be one of {', '.join(ISOLATIONS)}")
+    return isolation
+
+
+def audit_settings(config: Mapping[str, str]) -> AuditSettings:
+    """Read ``observer.audit.*`` from ``config`` (errors name the key and the value)."""
+    values = {**DEFAULTS, **{k: v for k, v in config.items() if k in DEFAULTS}}
+    directory = values["observer.audit.dir"].strip()
+    if not directory:
+        raise ObserverError("observer.audit.dir is required when the audit observer is on")
+
+    def number(key: str) -> int:
+        try:
+            found = int(values[key].strip())
+        except ValueError:
+            found = 0
+        if found < 1:
+            raise ObserverError(f"{key}={values[key]!r}: expected a whole number >= 1")
+        return found
+
+    return AuditSettings(
+        directory=Path(directory),
+        flush_interval=number("observer.audit.flush.interval.ms") / 1000,
+        roll_rows=number("observer.audit.roll.rows"),
+        roll_bytes=number("observer.audit.roll.bytes"),
+        roll_age=number("observer.audit.roll.ms") / 1000,
+        isolation=isolation_of(config),
+    )
+
+
+class AuditRecorder:
+    """Rows from facts, buffered in a Parquet sink (module docstring). One owner thread."""
+
+    def __init__(self, sink: ParquetSink, apis: ApiRegistry | None = None) -> None:
+        self.sink = sink
+        self.apis = apis if apis is not None else ApiRegistry()
+        self.names = TopicNames()
+        self.errors = TopErrors()
+        self.inventory = TopicInventory()
+        self._api_names: dict[int, str] = {}
+        #: The broker id of the last exchange recorded (files are named after it).
+        self.broker_id = -1
+
+    @classmethod
+    def open(
+        cls, settings: AuditSettings, *, broker_id: int, apis: ApiRegistry | None = None,
+        metrics: SinkMetrics | None = None,
+    ) -> AuditRecorder:
+        """A recorder over a new sink in ``settings.directory``, after recovering the
+        journals a killed sidecar left there."""
+        holder: list[AuditRecorder] = []
+
+        def current_broker() -> int:
+            known = holder[0].broker_id if holder else -1
+            return known if known >= 0 else broker_id
+
+        sink = ParquetSink(
+            settings.directory, AUDIT_SCHEMA, broker_id=current_broker,
+            flush_interval=settings.flush_interval, roll_rows=settings.roll_rows,
+            roll_bytes=settings.roll_bytes, roll_age=settings.roll_age, metrics=metrics,
+        )
+        recorder = cls(sink, apis)
+        holder.append(recorder)
+        sink.recover()
+        return recorder
+
+    def record(self, f: AuditFacts) -> None:
+        """Buffer the rows of one exchange."""
+        link, header = f.link, f.header
+        api_key, version = header.api_key, header.api_version
+        self.broker_id = link.broker_id
+        body = f.body
+        inventory: list[tuple[str, int]] = []
+        if f.picked is not None:
+            acks, parts = f.picked
+        else:
+            acks, parts, inventory = self._traffic(api_key, version, f)
+        error: int | None = None
+        if not parts and body is not None:
+            error = self.errors.read(self.apis.get(api_key), version, memoryview(body))
+        name = self._api_names.get(api_key)
+        if name is None:
+            name = self._api_names[api_key] = self.apis.name(api_key)
+        sent = f.response_size is not None
+        received_us = int(f.received * 1_000_000)
+        client = link.client
+        head = (
+            received_us, link.broker_id, link.listener, client.host, client.port, f.principal,
+            header.client_id, api_key, name, version, header.correlation_id, f.request_id,
+        )
+        tail = (
+            f.request_size, f.response_size, _micros(f.elapsed) if sent else None,
+            _micros(f.upstream_elapsed) if sent and not f.local else None, f.local, acks,
+        )
+        sink = self.sink
+        if not parts:
+            sink.append((*head, True, error, *tail, None, None, None, None, None, f.max_wait_ms))
+            if inventory:
+                fresh = self.inventory.fresh(received_us // _HOUR_US, inventory)
+                sink.add([(*head, False, 0, *tail, topic, None, None, None, count, None)
+                          for topic, count in fresh])
+            return
+        wait = f.max_wait_ms
+        sink.add([
+            (*head, i == 0, p.error_code, *tail, p.topic, p.partition, p.bytes, p.records, None, wait)
+            for i, p in enumerate(parts)
+        ])
+
+    def _traffic(
+        self, api_key: int, version: int, f: AuditFacts
+    ) -> tuple[int | None, list[PartitionTraffic], list[tuple[str, int]]]:
+        """Produce ``acks``, the Produce or Fetch partitions, and a Metadata response's
+        topics (learning their ids)."""
+        acks = (None if f.expects_response else 0) if api_key == PRODUCE_KEY else None
+        request, body = f.request, f.body
+        try:
+            if api_key == PRODUCE_KEY:
+                if request is not None:
+                    acks, parts = produce_traffic(
+                        version, memoryview(request),
+                        None if body is None else memoryview(body), self.names,
+                    )
+                    return acks, parts, []
+            elif body is not None and api_key == FETCH_KEY:
+                return acks, fetch_traffic(version, memoryview(body), self.names), []
+            elif body is not None and api_key == METADATA_KEY:
+                return acks, [], self.inventory.read(version, memoryview(body), self.names)
+        except ProtocolError:  # the broker's to refuse: the row gets the header facts
+            return acks, [], []
+        return acks, [], []
+
+    def tick(self, now: float) -> None:
+        """Flush and roll on time."""
+        self.sink.tick(now)
+
+    def close(self) -> None:
+        """Flush everything into visible files."""
+        self.sink.close()
+
+
+def _micros(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1_000_000)
+
+
+class TopErrors:
+    """A response's error for its audit row: its top-level ``ErrorCode``; else the first
+    non-zero ``ErrorCode`` among the entries of its top-level arrays, in field order; else
+    0. ``None`` when the body cannot be read. Picked, not decoded (one picker per API
+    version; every response of the registry can be picked, tests/observers check it)."""
+
+    def __init__(self) -> None:
+        self._pickers: dict[tuple[int, int], tuple[Picker, bool]] = {}
+
+    def read(self, api: Api | None, version: int, body: memoryview) -> int | None:
+        """The error of ``body``, a response of ``api`` (an :class:`~protocol.apis.Api`,
+        ``None`` when unknown) at ``version``."""
+        if api is None:
+            return None
+        key = (api.key, version)
+        found = self._pickers.get(key)
+        if found is None:
+            found = self._pickers[key] = error_picker(api.response, version)
+        picker, top_level = found
+        try:
+            values = picker.pick(version, body)
+        except ProtocolError:
+            return None
+        if top_level:
+            code: int = values[0]
+            return code
+        for entries in values:
+            for (code,) in entries or ():
+                if code:
+                    return code
+        return 0
+
+
+def error_picker(spec: MessageSpec, version: int) -> tuple[Picker, bool]:
+    """The picker of ``spec``'s error fields at ``version``, and whether it picks the
+    top-level ``ErrorCode`` (else the ``ErrorCode`` of each top-level array's entries)."""
+    for f in spec.fields:
+        if f.name == "ErrorCode" and f.present_in(version):
+            return Picker(spec, {"ErrorCode": None}), True
+    arrays = {
+        f.name: {"ErrorCode": None} for f in spec.fields
+        if f.is_array and f.is_struct and f.present_in(version)
+        and any(c.name == "ErrorCode" and c.present_in(version) for c in f.fields)
+    }  # fmt: skip
+    return Picker(spec, arrays), False
