@@ -601,10 +601,11 @@ class Connection:
         if record.header.api_key in SECRET_REQUESTS:
             frame = None  # no secret ever reaches an observer (passthrough forwards them)
         self.tap.completed(
-            record.header, record.response_header_version, self.context.principal, frame,
-            size, time.time() - elapsed,
-            record.expects_response, slot.local, response, elapsed,
-            slot.answered_at - slot.forwarded_at if not slot.local else 0.0,
+            header=record.header, response_header_version=record.response_header_version,
+            principal=self.context.principal, frame=frame, request_size=size,
+            received_at=time.time() - elapsed, expects_response=record.expects_response,
+            local=slot.local, response=response, elapsed=elapsed,
+            upstream_elapsed=slot.answered_at - slot.forwarded_at if not slot.local else 0.0,
         )
         slot.request = None
 
