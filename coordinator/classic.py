@@ -497,6 +497,8 @@ class ClassicProtocol:
             self._remove_and_update(group, [member_id], now)
 
     def _join_timer(self, group: ClassicGroup, now: int) -> None:
+        if not group.is_(PREPARING):
+            return
         initial = self._initial.get(group.group_id)
         if initial is None:
             self._complete_join(group, now)

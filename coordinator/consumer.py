@@ -281,8 +281,7 @@ class ConsumerProtocol:
             if req.member_epoch == LEAVE_STATIC_EPOCH:
                 # Temporarily gone: keeps its place and assignment until its session ends.
                 group.put(member.with_assignment(replace(
-                    member.assignment, member_epoch=LEAVE_STATIC_EPOCH,
-                    previous_member_epoch=member.member_epoch, pending_revocation={})))
+                    member.assignment, member_epoch=LEAVE_STATIC_EPOCH, pending_revocation={})))
                 self._persist(group)
                 return ConsumerGroupHeartbeatResponse(member_id=member.member_id, member_epoch=LEAVE_STATIC_EPOCH)
         self.fence(group, member.member_id, now)

@@ -314,21 +314,20 @@ class GroupCoordinator:
     def on_timer(self, now: int) -> Step[Response]:
         """Handle every deadline due at ``now``: session expiry, join/sync/rebalance
         timeouts, offset retention."""
-        # Handling a deadline may arm another one that is already due (a zero delay):
-        # keep going until nothing is due, within a bound against a bug looping forever.
-        for _ in range(10_000):
-            due = self.ctx.timers.pop_due(now)
-            if not due:
+        # One key at a time: handling one may cancel or re-arm others, or arm one that is
+        # already due (a zero delay). Bounded against a bug that would loop forever.
+        for _ in range(100_000):
+            key = self.ctx.timers.pop_next(now)
+            if key is None:
                 break
-            for key in due:
-                assert isinstance(key, tuple)
-                kind = str(key[0])
-                if kind.startswith("classic."):
-                    self.classic.on_timer(key, now)
-                elif kind.startswith("consumer."):
-                    self.consumer.on_timer(key, now)
-                elif key == RETENTION:
-                    self._expire_offsets(now)
+            assert isinstance(key, tuple)
+            kind = str(key[0])
+            if kind.startswith("classic."):
+                self.classic.on_timer(key, now)
+            elif kind.startswith("consumer."):
+                self.consumer.on_timer(key, now)
+            elif key == RETENTION:
+                self._expire_offsets(now)
         return self.ctx.outbox.drain()
 
     def _expire_offsets(self, now: int) -> None:

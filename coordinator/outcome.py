@@ -31,6 +31,7 @@ class Response(Protocol):
 
 
 R = TypeVar("R", bound=Response)
+R_co = TypeVar("R_co", bound=Response, covariant=True)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,10 +85,10 @@ class WriteSet:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Step(Generic[R]):
+class Step(Generic[R_co]):
     """The result of one call into the core."""
 
-    response: R | None = None
+    response: R_co | None = None
     ticket: int | None = None
     answers: tuple[Answer, ...] = ()
     writes: tuple[WriteSet, ...] = ()

@@ -53,6 +53,16 @@ class Deadlines:
         self._clean()
         return self._heap[0][0] if self._heap else None
 
+    def pop_next(self, now: int) -> Hashable | None:
+        """Remove and return the earliest key due at ``now``, or ``None``. Taking one key at
+        a time lets handling it cancel or re-arm the others first."""
+        self._clean()
+        if not self._heap or self._heap[0][0] > now:
+            return None
+        _, _, key = heapq.heappop(self._heap)
+        del self._when[key]
+        return key
+
     def pop_due(self, now: int) -> list[Hashable]:
         """Remove and return the keys due at ``now``, earliest first."""
         due: list[Hashable] = []
