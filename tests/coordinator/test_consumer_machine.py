@@ -179,8 +179,10 @@ class ConsumerMachine(RuleBasedStateMachine):
         epoch_before = group.group_epoch
         held = group.members[old_id].assignment.assigned
         target = group.target.get(old_id, {})
-        # Within everyone's session: another member's expiry would be a rebalance of its own.
-        deadlines = [self.core.ctx.timers.get(("consumer.session", "g", mid)) for mid in group.members]
+        # Within everyone's session and revocation deadline: another member's expiry would
+        # be a rebalance of its own.
+        deadlines = [self.core.ctx.timers.get((kind, "g", mid)) for mid in group.members
+                     for kind in ("consumer.session", "consumer.rebalance")]
         gap = min([gap] + [d - self.now - 1 for d in deadlines if d is not None])
         self.tick_to(self.now + max(gap, 0))
         m.incarnation += 1
