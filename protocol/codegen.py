@@ -3,16 +3,13 @@
 Theory of operation
 -------------------
 Kafka declares every message in a JSON file (``clients/src/main/resources/common/message``).
-Two sets of those files feed this generator:
-
-1. the copy that ships inside kafka-python (``kafka/protocol/schemas/resources``, Kafka 4.x);
-2. our own transcriptions in ``protocol/specs/`` of the client-facing messages kafka-python
-   lacks (structural keys only, no prose).
-
-From those we keep every request whose ``listeners`` include ``"broker"`` (what a broker
-accepts from clients), the matching responses, the request/response headers and the consumer
-protocol payloads. Common structs are inlined, defaults are converted to Python values and
-the result is written as a table of :class:`~protocol.spec.MessageSpec` values.
+One source feeds this generator: those files at one pinned Kafka release, copied by
+:mod:`protocol.release` into ``protocol/specs/kafka/`` (structure verbatim, prose removed)
+with a manifest naming the release tag and commit. The copies hold every request whose
+``listeners`` include ``"broker"`` (what a broker accepts from clients), the matching
+responses, the request/response headers and the consumer protocol payloads. Common structs
+are inlined, defaults are converted to Python values and the result is written as a table
+of :class:`~protocol.spec.MessageSpec` values whose header names the release and commit.
 
 Kafka 4.0 (KIP-896) removed the oldest versions of several APIs from ``validVersions``, but
 brokers that speak the protocol (Tansu, Kafka 3.x) and old clients still use them.
@@ -22,6 +19,7 @@ describe the old versions, so :data:`FIELD_OVERRIDES` is empty (see its comment)
 
 Usage::
 
+    python -m protocol.release ...      # once per Kafka release: refresh protocol/specs/kafka
     python -m protocol.codegen          # rewrite protocol/messages/generated.py
     python -m protocol.codegen --check  # exit 1 if the committed file is stale
 """
@@ -30,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.metadata
-import importlib.util
 import json
 import re
 import sys
@@ -41,25 +37,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, cast
 
+from protocol.release import (
+    EXTRA_MESSAGES,
+    KAFKA_SPEC_DIR,
+    MANIFEST_NAME,
+    ReleaseError,
+    load_json_spec,
+    read_manifest,
+    select_specs,
+)
 from protocol.spec import NO_VERSIONS, PRIMITIVES, FieldSpec, Kind, MessageSpec, Versions
 
 __all__ = [
     "FIELD_OVERRIDES",
+    "LEGACY_FIELDS",
     "LEGACY_HEADER_MIN_VERSION",
     "LEGACY_MIN_VERSION",
     "OUTPUT_PATH",
-    "OWN_SPEC_DIR",
     "CodegenError",
     "apply_field_overrides",
     "build_messages",
     "convert_default",
     "convert_message",
     "generate",
-    "kafka_python_spec_dir",
-    "load_json_spec",
+    "load_sources",
     "main",
     "render",
-    "strip_json_comments",
+    "restore_legacy_fields",
+    "source_line",
 ]
 
 #: A JSON object as ``json.loads`` returns it.
@@ -71,23 +76,11 @@ HEADER_LINE: Final = (
 )
 
 _PACKAGE_DIR: Final = Path(__file__).resolve().parent
-#: Our own transcriptions of Kafka specs that kafka-python does not ship.
-OWN_SPEC_DIR: Final = _PACKAGE_DIR / "specs"
 #: Where ``python -m protocol.codegen`` writes the table.
 OUTPUT_PATH: Final = _PACKAGE_DIR / "messages" / "generated.py"
 
-#: Non-API messages that are part of the table whatever their listeners.
-EXTRA_MESSAGES: Final = frozenset(
-    {
-        "RequestHeader",
-        "ResponseHeader",
-        "ConsumerProtocolSubscription",
-        "ConsumerProtocolAssignment",
-    }
-)
-
 #: Kafka 3.9's minimum valid version for every client-facing API whose ``validVersions``
-#: Kafka 4.0 narrowed (KIP-896, KAFKA-16096 and its sub-tasks). Requests and responses
+#: Kafka 4.0 narrowed (4.1 keeps the narrowed ranges) (KIP-896, KAFKA-16096 and its sub-tasks). Requests and responses
 #: of these keys are widened down to this version.
 LEGACY_MIN_VERSION: Final[Mapping[int, int]] = {
     0: 0,  # Produce: 3.9 0-11, 4.x 3+ (4.x still advertises 0, KAFKA-18659)
@@ -115,18 +108,42 @@ LEGACY_MIN_VERSION: Final[Mapping[int, int]] = {
 #: removed in 4.0 with ControlledShutdown v0, its only user (KIP-896).
 LEGACY_HEADER_MIN_VERSION: Final[Mapping[str, int]] = {"RequestHeader": 0}
 
+#: Fields that exist only in versions Kafka 4.0 removed, and that Kafka 4.1 then deleted
+#: from the specs (KIP-896 clean-up), put back for the legacy versions above. Keyed
+#: ``"<Message>:<Struct path>"``; each entry is ``(name of the field it follows, field)``
+#: with the field as Kafka 3.9.0's spec declares it (commit
+#: cc53a632edcf78dc8b2a4c2c502c654950744e1e, structure only).
+#:
+#: Found by comparing every version below the 4.1 minimum of every key in
+#: LEGACY_MIN_VERSION, as generated from the 4.1.0 specs plus these entries, with the same
+#: version generated from the 3.9.0 specs: they agree field for field.
+LEGACY_FIELDS: Final[Mapping[str, tuple[tuple[str, RawSpec], ...]]] = {
+    "ListOffsetsRequest:Topics.Partitions": (
+        ("Timestamp", {"name": "MaxNumOffsets", "type": "int32", "versions": "0", "default": "1"}),
+    ),
+    "ListOffsetsResponse:Topics.Partitions": (
+        ("ErrorCode", {"name": "OldStyleOffsets", "type": "[]int64", "versions": "0"}),
+    ),
+    "OffsetCommitRequest:Topics.Partitions": (
+        (
+            "CommittedLeaderEpoch",
+            {"name": "CommitTimestamp", "type": "int64", "versions": "1", "default": "-1"},
+        ),
+    ),
+    "DescribeConfigsResponse:Results.Configs": (
+        ("ReadOnly", {"name": "IsDefault", "type": "bool", "versions": "0"}),
+    ),
+}
+
 #: Corrections to field attributes (``versions``, ``nullableVersions``, ``taggedVersions``)
 #: for the legacy versions above, keyed ``"<Message>:<Field>.<SubField>"`` (a common
 #: struct is addressed by its name: ``"<Message>:<Struct>.<Field>"``).
 #:
-#: Empty on purpose. The request and response specs of every key in LEGACY_MIN_VERSION
-#: were compared with pre-4.0 copies of the same files (which list the dropped versions):
-#: when KIP-896 narrowed ``validVersions`` it kept the fields that only exist in dropped
-#: versions (e.g. ListOffsets ``MaxNumOffsets``/``OldStyleOffsets`` "0", OffsetCommit
-#: ``CommitTimestamp`` "1", DescribeConfigs ``IsDefault`` "0") and left every other range
-#: as it was. The only edit, ProduceRequest ``TransactionalId`` nullable "0+" -> "3+",
-#: is invisible because the field starts at v3. Add an entry here, citing the KIP or JIRA,
-#: if a later kafka-python copy rewrites a range below the 4.x minimum.
+#: Empty on purpose: apart from the fields in LEGACY_FIELDS, the 4.1 specs of every key
+#: in LEGACY_MIN_VERSION describe the dropped versions as 3.9's did. The only edit,
+#: ProduceRequest ``TransactionalId`` nullable "0+" -> "3+", is invisible because the
+#: field starts at v3. Add an entry here, citing the KIP or JIRA, if a later release
+#: rewrites a range below the 4.x minimum.
 FIELD_OVERRIDES: Final[Mapping[str, Mapping[str, str]]] = {}
 
 _OVERRIDABLE_KEYS: Final = frozenset({"versions", "nullableVersions", "taggedVersions"})
@@ -152,100 +169,29 @@ class CodegenError(Exception):
 # --------------------------------------------------------------------------- loading
 
 
-def strip_json_comments(text: str) -> str:
-    """Remove ``//`` comments (Kafka's specs carry them) outside string literals."""
-    out: list[str] = []
-    in_string = False
-    escaped = False
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if in_string:
-            out.append(ch)
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            i += 1
-        elif ch == '"':
-            in_string = True
-            out.append(ch)
-            i += 1
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            i = len(text) if end < 0 else end
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-def load_json_spec(path: Path) -> RawSpec:
-    """Read one Kafka JSON message spec, comments stripped."""
-    try:
-        data = json.loads(strip_json_comments(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:
-        raise CodegenError(f"{path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise CodegenError(f"{path}: top level is not an object")
-    return cast(RawSpec, data)
-
-
-def kafka_python_spec_dir() -> Path:
-    """Locate the JSON specs shipped in the installed kafka-python (without importing it)."""
-    found = importlib.util.find_spec("kafka")
-    if found is None or not found.submodule_search_locations:
-        raise CodegenError("kafka-python is not installed; it ships the Kafka JSON specs")
-    for location in found.submodule_search_locations:
-        candidate = Path(location) / "protocol" / "schemas" / "resources"
-        if candidate.is_dir():
-            return candidate
-    raise CodegenError("kafka-python has no protocol/schemas/resources directory")
-
-
-def _kafka_python_version() -> str:
-    try:
-        return importlib.metadata.version("kafka-python")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _is_selected_request_or_extra(raw: RawSpec) -> bool:
-    if raw.get("name") in EXTRA_MESSAGES:
-        return True
-    return raw.get("type") == "request" and "broker" in raw.get("listeners", ())
-
-
-def select_specs(specs: Iterable[RawSpec]) -> list[RawSpec]:
-    """Keep broker-facing requests, their responses, the headers and the consumer protocol."""
-    specs = list(specs)
-    keys = {
-        raw["apiKey"] for raw in specs if _is_selected_request_or_extra(raw) and "apiKey" in raw
-    }
-    return [
-        raw
-        for raw in specs
-        if _is_selected_request_or_extra(raw)
-        or (raw.get("type") == "response" and raw.get("apiKey") in keys)
-    ]
-
-
-def load_sources(kafka_dir: Path | None = None, own_dir: Path = OWN_SPEC_DIR) -> list[RawSpec]:
-    """Load kafka-python's specs and ours; a message may come from one set only."""
-    kafka_dir = kafka_python_spec_dir() if kafka_dir is None else kafka_dir
-    by_name: dict[str, tuple[Path, RawSpec]] = {}
-    for directory in (kafka_dir, own_dir):
-        for path in sorted(directory.glob("*.json")):
+def load_sources(spec_dir: Path = KAFKA_SPEC_DIR) -> list[RawSpec]:
+    """Load the committed copies of the pinned release's specs (one file per message)."""
+    specs: list[RawSpec] = []
+    for path in sorted(spec_dir.glob("*.json")):
+        if path.name == MANIFEST_NAME:
+            continue
+        try:
             raw = load_json_spec(path)
-            name = raw.get("name")
-            if not isinstance(name, str) or f"{name}.json" != path.name:
-                raise CodegenError(f"{path}: name {name!r} does not match the file name")
-            if name in by_name:
-                raise CodegenError(f"{path}: {name} is also defined in {by_name[name][0]}")
-            by_name[name] = (path, raw)
-    return select_specs(raw for _, raw in by_name.values())
+        except ReleaseError as exc:
+            raise CodegenError(str(exc)) from exc
+        if f"{raw.get('name')}.json" != path.name:
+            raise CodegenError(f"{path}: name {raw.get('name')!r} does not match the file name")
+        specs.append(raw)
+    return select_specs(specs)
+
+
+def source_line(spec_dir: Path = KAFKA_SPEC_DIR) -> str:
+    """Where the table comes from: release tag, commit and path, read off the manifest."""
+    try:
+        manifest = read_manifest(spec_dir)
+    except ReleaseError as exc:
+        raise CodegenError(str(exc)) from exc
+    return f"Apache Kafka {manifest['release']} at commit {manifest['commit']}"
 
 
 # --------------------------------------------------------------------------- overrides
@@ -288,6 +234,40 @@ def apply_field_overrides(
         if bad:
             raise CodegenError(f"FIELD_OVERRIDES: cannot override {sorted(bad)} of {path}")
         targets[path].update(attrs)
+    return patched
+
+
+def restore_legacy_fields(
+    raw: RawSpec, legacy: Mapping[str, tuple[tuple[str, RawSpec], ...]] = LEGACY_FIELDS
+) -> RawSpec:
+    """Return a copy of ``raw`` with the fields of ``legacy`` for its message put back.
+
+    Raises :class:`CodegenError` when an entry names a missing struct or predecessor, when
+    the field is already there (the release put it back itself), or when the field would
+    exist in a version the release still supports: a stale entry must not change the table.
+    """
+    prefix = f"{raw['name']}:"
+    mine = {key[len(prefix) :]: v for key, v in legacy.items() if key.startswith(prefix)}
+    if not mine:
+        return raw
+    patched = copy.deepcopy(raw)
+    valid = _versions(patched, "validVersions", raw["name"])
+    targets = _override_targets(patched)
+    for path, entries in mine.items():
+        if path not in targets:
+            raise CodegenError(f"LEGACY_FIELDS: {raw['name']} has no struct {path}")
+        fields: list[RawSpec] = targets[path].setdefault("fields", [])
+        for after, field in entries:
+            names = [f.get("name") for f in fields]
+            where = f"LEGACY_FIELDS: {raw['name']}:{path}.{field['name']}"
+            if field["name"] in names:
+                raise CodegenError(f"{where} is already in the spec; drop the stale entry")
+            if after not in names:
+                raise CodegenError(f"{where} follows {after}, which is not there")
+            versions = _versions(field, "versions", where)
+            if versions.hi is None or versions.hi >= valid.lo:
+                raise CodegenError(f"{where} would exist in a supported version ({valid})")
+            fields.insert(names.index(after) + 1, copy.deepcopy(field))
     return patched
 
 
@@ -464,7 +444,7 @@ def convert_message(raw: RawSpec) -> MessageSpec:
     elif api_key is not None:
         raise CodegenError(f"{name}: {kind} with an apiKey")
 
-    raw = apply_field_overrides(raw)
+    raw = apply_field_overrides(restore_legacy_fields(raw))
     structs = {struct["name"]: struct for struct in raw.get("commonStructs", ())}
     valid = _versions(raw, "validVersions", name)
     legacy = (
@@ -518,18 +498,18 @@ def _check_table(messages: Sequence[MessageSpec]) -> None:
         raise CodegenError(
             f"LEGACY_MIN_VERSION names unknown keys {set(LEGACY_MIN_VERSION) - requests}"
         )
-    for key in FIELD_OVERRIDES:
-        if key.split(":", 1)[0] not in names:
-            raise CodegenError(f"FIELD_OVERRIDES entry {key!r} names no generated message")
+    for table, table_keys in (
+        ("FIELD_OVERRIDES", FIELD_OVERRIDES),
+        ("LEGACY_FIELDS", LEGACY_FIELDS),
+    ):
+        for key in table_keys:
+            if key.split(":", 1)[0] not in names:
+                raise CodegenError(f"{table} entry {key!r} names no generated message")
 
 
-def build_messages(
-    kafka_dir: Path | None = None, own_dir: Path = OWN_SPEC_DIR
-) -> tuple[MessageSpec, ...]:
+def build_messages(spec_dir: Path = KAFKA_SPEC_DIR) -> tuple[MessageSpec, ...]:
     """Every message of the table, sorted by (api key or -1, kind, name)."""
-    messages = sorted(
-        (convert_message(raw) for raw in load_sources(kafka_dir, own_dir)), key=_sort_key
-    )
+    messages = sorted((convert_message(raw) for raw in load_sources(spec_dir)), key=_sort_key)
     _check_table(messages)
     return tuple(messages)
 
@@ -724,13 +704,9 @@ def render(messages: Sequence[MessageSpec], sources: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def generate(kafka_dir: Path | None = None, own_dir: Path = OWN_SPEC_DIR) -> str:
+def generate(spec_dir: Path = KAFKA_SPEC_DIR) -> str:
     """Build the table from the spec files and return the generated module's text."""
-    sources = (
-        f"kafka-python {_kafka_python_version()} (kafka/protocol/schemas/resources) "
-        f"and protocol/specs/*.json"
-    )
-    return render(build_messages(kafka_dir, own_dir), sources)
+    return render(build_messages(spec_dir), source_line(spec_dir))
 
 
 # --------------------------------------------------------------------------- command line
@@ -760,7 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if current != text:
             print(
                 f"protocol.codegen: {output} is out of date with the JSON specs "
-                f"(kafka-python {_kafka_python_version()} and {OWN_SPEC_DIR}); "
+                f"in {KAFKA_SPEC_DIR}; "
                 "run `python -m protocol.codegen` and commit the result.",
                 file=sys.stderr,
             )

@@ -14,7 +14,7 @@ from uuid import UUID
 
 import pytest
 
-from protocol import codegen
+from protocol import codegen, release
 from protocol.messages import DATA, HEADERS, MESSAGES, REQUESTS, RESPONSES
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
 
@@ -79,48 +79,11 @@ def test_generated_file_is_ruff_formatted() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_own_specs_hold_structural_keys_only() -> None:
-    top = {
-        "apiKey",
-        "type",
-        "name",
-        "validVersions",
-        "flexibleVersions",
-        "latestVersionUnstable",
-        "listeners",
-        "fields",
-        "commonStructs",
-    }
-    per_field = {
-        "name",
-        "type",
-        "versions",
-        "nullableVersions",
-        "taggedVersions",
-        "tag",
-        "default",
-        "mapKey",
-        "ignorable",
-        "flexibleVersions",
-        "fields",
-    }
-
-    def check(fields: list[dict[str, object]]) -> None:
-        for f in fields:
-            assert set(f) <= per_field, f
-            check(f.get("fields", []))  # type: ignore[arg-type]
-
-    paths = sorted(codegen.OWN_SPEC_DIR.glob("*.json"))
-    assert paths
-    for path in paths:
-        text = path.read_text(encoding="utf-8")
-        assert "//" not in text and "about" not in text, path.name
-        raw = json.loads(text)
-        assert set(raw) <= top, path.name
-        check(raw["fields"])
-        for struct in raw.get("commonStructs", []):
-            assert set(struct) == {"name", "versions", "fields"}
-            check(struct["fields"])
+def test_generated_file_names_its_release_and_commit() -> None:
+    second = GENERATED.read_text(encoding="utf-8").splitlines()[1]
+    assert second == (
+        "# Sources: Apache Kafka 4.1.0 at commit 13f70256db3c994c590e5d262a7cc50b9e973204."
+    )
 
 
 # --------------------------------------------------------------------------- table shape
@@ -229,8 +192,9 @@ def test_headers() -> None:
 
 
 def test_legacy_versions_keep_their_old_fields() -> None:
-    # ListOffsets v0 (KIP-896 removed it): MaxNumOffsets in, OldStyleOffsets out.
-    assert REQUESTS[2].valid == Versions(0, 11)
+    # ListOffsets v0 (KIP-896 removed it; 4.1 also deleted its v0-only fields, put back
+    # from 3.9.0 by LEGACY_FIELDS): MaxNumOffsets in, OldStyleOffsets out.
+    assert REQUESTS[2].valid == Versions(0, 10)
     max_num = field(REQUESTS[2], "Topics.Partitions.MaxNumOffsets")
     assert (max_num.versions, max_num.default) == (Versions(0, 0), 1)
     assert field(RESPONSES[2], "Topics.Partitions.OldStyleOffsets").versions == Versions(0, 0)
@@ -249,7 +213,8 @@ def test_legacy_versions_keep_their_old_fields() -> None:
         assert REQUESTS[key].valid.lo == 0, key
 
 
-def test_transcribed_specs() -> None:
+def test_messages_kafka_python_lacks_are_41s() -> None:
+    # Read off the 4.1.0 files (commit 13f70256db3c994c590e5d262a7cc50b9e973204) by hand.
     heartbeat = REQUESTS[68]
     assert heartbeat.valid == Versions(0, 1) and heartbeat.flexible == Versions(0)
     assert field(heartbeat, "SubscribedTopicRegex").versions == Versions(1)
@@ -269,17 +234,38 @@ def test_transcribed_specs() -> None:
         -1,
         True,
     )
-    assert REQUESTS[76].valid == Versions(1, 1)
+    # Share groups (KIP-932): 4.1 removed the early-access v0 and has no v2 yet.
+    assert REQUESTS[76].valid == Versions(1, 1) and REQUESTS[76].flexible == Versions(0)
     share_fetch = REQUESTS[78]
-    assert share_fetch.valid == Versions(1, 2)
-    assert field(share_fetch, "ShareAcquireMode").versions == Versions(2)
+    assert share_fetch.valid == Versions(1, 1)
+    assert [f.name for f in share_fetch.fields][-3:] == [
+        "BatchSize",
+        "Topics",
+        "ForgottenTopicsData",
+    ]
     assert field(share_fetch, "Topics.Partitions.PartitionMaxBytes").versions == Versions(0, 0)
     assert field(share_fetch, "Topics.TopicId").map_key
     assert field(RESPONSES[78], "Responses.Partitions.Records").nullable == Versions(0, 0)
-    assert field(REQUESTS[80], "AckWhenCommitted").default is True
-    assert field(REQUESTS[88], "ShutdownApplication").default is False
-    assert field(REQUESTS[88], "UserEndpoint.Port").type == "uint16"
-    assert REQUESTS[71].latest_version_unstable
+    assert REQUESTS[79].valid == Versions(1, 1)
+    altered = RESPONSES[91]
+    assert [f.name for f in altered.fields] == [
+        "ThrottleTimeMs",
+        "ErrorCode",
+        "ErrorMessage",
+        "Responses",
+    ]
+    assert field(altered, "Responses.TopicName").map_key
+    assert field(RESPONSES[87], "Results.Partitions.LeaderEpoch").versions == Versions(0)
+    # KRaft voters: AckWhenCommitted came after 4.1.
+    assert REQUESTS[80].valid == Versions(0, 0)
+    assert "AckWhenCommitted" not in [f.name for f in REQUESTS[80].fields]
+    # Streams groups (KIP-1071): v0, still flagged unstable in 4.1.
+    streams = REQUESTS[88]
+    assert streams.valid == Versions(0, 0) and streams.latest_version_unstable
+    assert field(streams, "EndpointInformationEpoch").versions == Versions(0)
+    assert field(streams, "ShutdownApplication").default is False
+    assert field(streams, "UserEndpoint.Port").type == "uint16"
+    assert not REQUESTS[71].latest_version_unstable
     assert not REQUESTS[68].latest_version_unstable
     assert REQUESTS[38].listeners == ("broker", "controller")
     assert field(REQUESTS[38], "OwnerPrincipalName").nullable == Versions(3)
@@ -338,7 +324,7 @@ def test_convert_default_rejects_bad_values(type_: str, raw: object) -> None:
 
 def test_strip_json_comments_keeps_slashes_in_strings() -> None:
     text = '{\n  // a comment\n  "a": "http://x", // trailing\n  "b": "q\\"//"\n}\n'
-    assert json.loads(codegen.strip_json_comments(text)) == {"a": "http://x", "b": 'q"//'}
+    assert json.loads(release.strip_json_comments(text)) == {"a": "http://x", "b": 'q"//'}
 
 
 def _raw_message() -> dict[str, object]:

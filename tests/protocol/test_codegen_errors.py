@@ -7,12 +7,9 @@ can rot unnoticed (and protocol/ keeps its full branch coverage).
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -46,55 +43,28 @@ def field(**overrides: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- loading
 
 
-def test_load_json_spec_errors(tmp_path: Path) -> None:
-    with pytest.raises(CodegenError, match=r"missing\.json"):
-        codegen.load_json_spec(tmp_path / "missing.json")
-    bad = tmp_path / "Bad.json"
-    bad.write_text("{ not json", encoding="utf-8")
-    with pytest.raises(CodegenError, match=r"Bad\.json"):
-        codegen.load_json_spec(bad)
-    listed = tmp_path / "List.json"
-    listed.write_text("// comment\n[1, 2]", encoding="utf-8")
-    with pytest.raises(CodegenError, match="not an object"):
-        codegen.load_json_spec(listed)
-
-
-def test_kafka_python_spec_dir_errors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(CodegenError, match="not installed"):
-        codegen.kafka_python_spec_dir()
-    empty = SimpleNamespace(submodule_search_locations=[str(tmp_path), str(tmp_path / "x")])
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: empty)
-    with pytest.raises(CodegenError, match="no protocol/schemas/resources"):
-        codegen.kafka_python_spec_dir()
-
-
-def test_kafka_python_version_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
-    def missing(name: str) -> str:
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "version", missing)
-    assert codegen._kafka_python_version() == "unknown"
-    assert "kafka-python unknown" in codegen.generate().splitlines()[1]
-
-
 def _write(directory: Path, name: str, raw: dict[str, Any]) -> None:
     directory.mkdir(exist_ok=True)
     (directory / name).write_text(json.dumps(raw), encoding="utf-8")
 
 
-def test_load_sources_rejects_misnamed_and_duplicated_files(tmp_path: Path) -> None:
-    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
-    _write(theirs, "Other.json", message())
-    _write(ours, "Empty.json", {"name": "Empty"})
+def test_load_sources_rejects_misnamed_and_malformed_files(tmp_path: Path) -> None:
+    _write(tmp_path, "Other.json", message())
     with pytest.raises(CodegenError, match="does not match the file name"):
-        codegen.load_sources(theirs, ours)
-    (theirs / "Other.json").unlink()
-    _write(theirs, "TestRequest.json", message())
-    _write(ours, "TestRequest.json", message())
-    (ours / "Empty.json").unlink()
-    with pytest.raises(CodegenError, match="also defined in"):
-        codegen.load_sources(theirs, ours)
+        codegen.load_sources(tmp_path)
+    (tmp_path / "Other.json").write_text("{ not json", encoding="utf-8")
+    with pytest.raises(CodegenError, match=r"Other\.json"):
+        codegen.load_sources(tmp_path)
+
+
+def test_load_sources_skips_the_manifest_and_source_line_needs_it(tmp_path: Path) -> None:
+    _write(tmp_path, "TestRequest.json", message())
+    _write(tmp_path, "SOURCE.json", {"release": "9.9.9", "commit": "c" * 40, "files": {}})
+    assert [raw["name"] for raw in codegen.load_sources(tmp_path)] == ["TestRequest"]
+    assert codegen.source_line(tmp_path) == f"Apache Kafka 9.9.9 at commit {'c' * 40}"
+    (tmp_path / "SOURCE.json").unlink()
+    with pytest.raises(CodegenError, match=r"SOURCE\.json"):
+        codegen.source_line(tmp_path)
 
 
 # --------------------------------------------------------------------------- overrides
@@ -113,6 +83,41 @@ def test_field_overrides_reach_common_structs() -> None:
 def test_field_overrides_of_unknown_attributes_are_refused() -> None:
     with pytest.raises(CodegenError, match="cannot override"):
         codegen.apply_field_overrides(message(), {"TestRequest:A": {"type": "int64"}})
+
+
+def _legacy_message() -> dict[str, Any]:
+    return message(
+        validVersions="2-3",
+        fields=[
+            {"name": "S", "type": "[]S", "versions": "0+", "fields": [field(name="A")]},
+        ],
+    )
+
+
+def test_legacy_fields_are_put_back_after_their_predecessor() -> None:
+    raw = _legacy_message()
+    old = field(name="Old", versions="0-1")
+    patched = codegen.restore_legacy_fields(raw, {"TestRequest:S": (("A", old),)})
+    assert [f["name"] for f in patched["fields"][0]["fields"]] == ["A", "Old"]
+    assert [f["name"] for f in raw["fields"][0]["fields"]] == ["A"]  # a copy was patched
+    assert codegen.restore_legacy_fields(raw, {"Other:S": (("A", old),)}) is raw
+
+
+@pytest.mark.parametrize(
+    ("legacy", "error"),
+    [
+        ({"TestRequest:Missing": (("A", field(name="Old", versions="0")),)}, "no struct"),
+        ({"TestRequest:S": (("A", field(name="A", versions="0")),)}, "already in the spec"),
+        ({"TestRequest:S": (("Nope", field(name="Old", versions="0")),)}, "not there"),
+        ({"TestRequest:S": (("A", field(name="Old", versions="0-2")),)}, "supported version"),
+        ({"TestRequest:S": (("A", field(name="Old", versions="0+")),)}, "supported version"),
+    ],
+)
+def test_stale_legacy_fields_are_refused(
+    legacy: dict[str, tuple[tuple[str, dict[str, Any]], ...]], error: str
+) -> None:
+    with pytest.raises(CodegenError, match=error):
+        codegen.restore_legacy_fields(_legacy_message(), legacy)
 
 
 # --------------------------------------------------------------------------- conversion
@@ -245,6 +250,9 @@ def test_table_checks(monkeypatch: pytest.MonkeyPatch) -> None:
         codegen._check_table(table)
     monkeypatch.setattr(codegen, "FIELD_OVERRIDES", {"MetadataRequest:Topics": {"versions": "0+"}})
     codegen._check_table(table)
+    monkeypatch.setattr(codegen, "LEGACY_FIELDS", {"NoSuchMessage:Field": ()})
+    with pytest.raises(CodegenError, match="LEGACY_FIELDS entry"):
+        codegen._check_table(table)
 
 
 def test_render_edges() -> None:

@@ -91,13 +91,26 @@ OURS_MODE = Mode(unknown=True, inner_tags=False)
 
 
 def _pairs(kp_struct: Any, fields: tuple[FieldSpec, ...]) -> list[tuple[Any, FieldSpec]]:
-    """kafka-python's fields matched to ours, by position (both follow the JSON order)."""
+    """kafka-python's fields matched to ours by name (bitfields, which json_patch renames, in order).
+
+    kafka-python's specs are Kafka 4.3's, ours 4.1's: fields that only versions after 4.1's
+    newest have (WriteTxnMarkers ``TransactionVersion`` v2+, ...) are left out; the cases
+    stop at our newest version, so kafka-python never writes them. Names, not positions:
+    fields of disjoint versions may be declared in another order (DescribeConfigs v0's
+    ``IsDefault``, put back from Kafka 3.9's spec).
+    """
     theirs = kp_struct._fields or ()
-    assert len(theirs) == len(fields), (kp_struct.name, [f.name for f in fields])
-    for kpf, ours in zip(theirs, fields, strict=True):
-        renamed = kpf.type_str == "bitfield"  # json_patch renames these, keeps position
-        assert renamed or kpf.name == BaseField.underscore_name(ours.name), (kpf.name, ours.name)
-    return list(zip(theirs, fields, strict=True))
+    by_name = {kpf.name: kpf for kpf in theirs if kpf.type_str != "bitfield"}
+    bitfields = [kpf for kpf in theirs if kpf.type_str == "bitfield"]
+    pairs = []
+    for ours in fields:
+        kpf = by_name.get(BaseField.underscore_name(ours.name))
+        if kpf is None:
+            assert bitfields, (kp_struct.name, ours.name)
+            kpf = bitfields.pop(0)
+        pairs.append((kpf, ours))
+    assert not bitfields, (kp_struct.name, [f.name for f in fields])
+    return pairs
 
 
 def _is_bitfield(kpf: Any) -> bool:

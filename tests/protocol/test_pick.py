@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from protocol.apis import DEFAULT_REGISTRY
 from protocol.errors import DecodeError, InvalidValue, ProtocolError, Truncated, UnsupportedVersion
+from protocol.messages import HEADERS
 from protocol.pick import Picker, Selection, Unpickable
 from protocol.schema import decode, encode, field_default
 from protocol.spec import FieldSpec, MessageSpec
@@ -232,6 +233,14 @@ def test_null_arrays_and_strings() -> None:
         struct.pack(">i", 0))) == (None,)
     assert Picker(PRODUCE.request, {"TransactionalId": None}).pick(3, produce_v3(
         struct.pack(">i", 0), struct.pack(">h", 2) + b"tx")) == ("tx",)
+
+
+def test_field_with_its_own_flexible_versions() -> None:
+    # RequestHeader v2 is flexible, but ClientId declares flexibleVersions "none": its
+    # length stays an int16 (protocol/headers.py relies on it).
+    header = HEADERS["RequestHeader"]
+    wire = struct.pack(">hhih", 3, 12, 7, 2) + b"id" + b"\x00"
+    assert Picker(header, {"CorrelationId": None, "ClientId": None}).pick(2, wire) == (7, "id")
 
 
 @pytest.mark.parametrize(
