@@ -126,6 +126,20 @@ Install Debian's prometheus package (apt-get install --no-install-recommends pro
     command -v promtool >/dev/null 2>&1 || die "installed prometheus but promtool is not on PATH"
 }
 
+# Debian's kcat (librdkafka 2.0.2 on bookworm): an old client still in every distribution, whose
+# SCRAM client-final message doubles the client nonce (tests/auth/test_kcat.py logs in with it).
+ensure_kcat() {
+    if command -v kcat >/dev/null 2>&1; then
+        return 0
+    fi
+    is_root_with_apt || die "kcat is needed (tests/auth/test_kcat.py) and was not found. \
+Install Debian's kcat package (apt-get install --no-install-recommends kcat)."
+    say "== installing kcat (Debian's kcat package)"
+    apt_install kcat || die "could not install kcat with apt-get"
+    hash -r
+    command -v kcat >/dev/null 2>&1 || die "installed kcat but it is not on PATH"
+}
+
 # The whole set-up: Java, venv, project with the given extras; then the venv comes first on PATH.
 ksidecar_env() {
     ensure_java # first: fail before a long pip install if Java cannot be had

@@ -18,6 +18,19 @@ supported and fails the login. Unlike Kafka, an unknown user is not refused at t
 round: the server answers with a salt derived from the name and a secret, and fails the
 proof, so a client cannot tell an unknown user from a wrong password (RFC 5802 §9).
 
+The nonce in the client-final message (``nonce_check``). RFC 5802 §5.1 requires it to be
+exactly the server-first nonce (client nonce + server nonce); ``"strict"`` enforces that, as
+Kafka 4.0 and later do (``ScramSaslServer.java`` line 150 at 4.1.0, commit 13f70256: ``equals``).
+``"kafka"``, the default, is Kafka 3.9's rule (line 152 at 3.9.0, commit cc53a632:
+``clientFinalMessage.nonce().endsWith(serverFirstMessage.nonce())``; Kafka 3.8 and older had
+no check at all): the nonce must *end with* the server-first nonce. Old librdkafka (Debian's
+2.0.2, kcat) sends its own nonce and then the whole server-first nonce, so the client nonce
+appears twice; the proof is still computed over the message as sent, so it verifies. A login
+that passed only thanks to that rule lists ``"scram-nonce-suffix"`` in :attr:`ScramServer.deviations`
+for the shell to count. The cost: the nonce no longer pins the final message to this exchange
+byte for byte; the proof, keyed by the user's secret over the whole AuthMessage (which holds
+this exchange's server nonce), still does (docs/authentication.md).
+
 Every failure is :class:`~proxy.auth.sasl.errors.AuthenticationFailed`, with a message that
 names no secret.
 """
@@ -31,8 +44,15 @@ import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from proxy.auth.sasl.errors import AuthenticationFailed
+
+#: How the client-final nonce is checked (see the module docstring).
+NonceCheck = Literal["kafka", "strict"]
+NONCE_CHECKS: tuple[str, ...] = get_args(NonceCheck)
+#: The deviation a lenient nonce check lets through (a name for metrics and logs).
+NONCE_SUFFIX = "scram-nonce-suffix"
 
 #: Kafka's defaults and bounds (``ScramMechanism``, ``ScramControlManager``).
 DEFAULT_ITERATIONS = 4096
@@ -251,6 +271,9 @@ class ScramServer:
 
     ``lookup`` returns the user's credential for this mechanism or ``None``; ``nonce``
     fixes the server nonce (tests with RFC vectors), else a random one is drawn.
+    ``nonce_check`` is ``"kafka"`` (Kafka 3.9's suffix rule, the default) or ``"strict"``
+    (RFC 5802, Kafka 4.x). After a successful login, :attr:`deviations` names what the
+    login needed beyond RFC 5802 (``("scram-nonce-suffix",)`` or ``()``).
     """
 
     def __init__(
@@ -259,8 +282,13 @@ class ScramServer:
         lookup: CredentialLookup,
         *,
         nonce: str | None = None,
+        nonce_check: NonceCheck = "kafka",
     ) -> None:
+        if nonce_check not in NONCE_CHECKS:
+            raise ValueError(f"nonce_check must be one of {NONCE_CHECKS}, not {nonce_check!r}")
         self.mechanism = mechanism
+        self.nonce_check = nonce_check
+        self.deviations: tuple[str, ...] = ()
         self._lookup = lookup
         self._server_nonce = nonce if nonce is not None else secrets.token_urlsafe(24)
         self._first: ClientFirst | None = None
@@ -303,8 +331,12 @@ class ScramServer:
         final = parse_client_final(token)
         if final.channel_binding != first.gs2_header.encode("utf-8"):
             raise AuthenticationFailed("SCRAM channel binding does not match the gs2 header")
-        if final.nonce != first.nonce + self._server_nonce:
-            raise AuthenticationFailed("SCRAM nonce does not match")
+        expected = first.nonce + self._server_nonce
+        deviations: tuple[str, ...] = ()
+        if final.nonce != expected:
+            if self.nonce_check == "strict" or not final.nonce.endswith(expected):
+                raise AuthenticationFailed("SCRAM nonce does not match")
+            deviations = (NONCE_SUFFIX,)
         if len(final.proof) != self.mechanism.digest_size:
             raise AuthenticationFailed("SCRAM proof has the wrong length")
         auth_message = f"{first.bare},{self._server_first},{final.without_proof}".encode()
@@ -315,6 +347,7 @@ class ScramServer:
             raise AuthenticationFailed("SCRAM proof does not verify")
         server_signature = self.mechanism.hmac(credential.server_key, auth_message)
         self.username = first.username
+        self.deviations = deviations
         self.complete = True
         self._forget()
         return b"v=" + base64.b64encode(server_signature)

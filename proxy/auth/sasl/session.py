@@ -78,7 +78,9 @@ class Reply:
 
     ``respond`` False: no answer at all (Kafka closes without one). ``close``: close the
     connection once the answer is out. ``outcome``: ``"success"`` or ``"failure"`` when
-    this step ended an exchange (for metrics and logs).
+    this step ended an exchange (for metrics and logs). ``deviations``: on a success, what
+    the login needed beyond the RFCs to accept an old client as Kafka does (e.g.
+    ``"scram-nonce-suffix"``, see :mod:`proxy.auth.sasl.scram`); the shell counts them.
     """
 
     error_code: int = 0
@@ -89,6 +91,7 @@ class Reply:
     respond: bool = True
     close: bool = False
     outcome: str | None = None
+    deviations: tuple[str, ...] = ()
 
 
 def failure_message(mechanism: str, reauthenticating: bool) -> str:
@@ -118,6 +121,8 @@ class Session:
         self.reauthenticating = False
         #: Why the last exchange failed (for the log; never sent to the client).
         self.failure_reason = ""
+        #: What the last successful exchange needed beyond the RFCs (see :class:`Reply`).
+        self.deviations: tuple[str, ...] = ()
         self._server: MechanismServer | None = None
         self._previous: tuple[str, str] | None = None  # (mechanism, principal) being re-authenticated
 
@@ -205,6 +210,8 @@ class Session:
             return Reply(token=answer)
         assert server.username is not None
         principal = f"User:{server.username}"
+        # Mechanisms without leniencies (PLAIN) have no such attribute.
+        deviations: tuple[str, ...] = getattr(server, "deviations", ())
         self._server = None  # the credential goes with it
         if self._previous is not None and self._previous[1] != principal:
             return self._fail(
@@ -217,7 +224,13 @@ class Session:
         self.reauthenticating = False
         self._previous = None
         self.expires_at = now + self.reauth_ms / 1000 if self.reauth_ms > 0 else None
-        return Reply(token=answer, session_lifetime_ms=self.reauth_ms, outcome="success")
+        self.deviations = deviations
+        return Reply(
+            token=answer,
+            session_lifetime_ms=self.reauth_ms,
+            outcome="success",
+            deviations=deviations,
+        )
 
     def _fail(self, code: int, message: str, outcome: str | None) -> Reply:
         self.state = State.FAILED
