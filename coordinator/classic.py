@@ -264,6 +264,8 @@ class ClassicProtocol:
         group.pending_sync.clear()
         self.ctx.timers.cancel((SYNC, group.group_id))
         initial = group.is_(EMPTY)
+        if group.rebalance_started is None:
+            group.rebalance_started = now
         group.transition(PREPARING, now)
         if initial:
             delay = self.ctx.settings.initial_rebalance_delay_ms
@@ -301,6 +303,7 @@ class ClassicProtocol:
         if not group.members:
             group.protocol_name = None
             group.transition(EMPTY, now)
+            self._finish_rebalance(group, now)
             self._persist(group)
             return
         group.protocol_name = group.select_protocol()
@@ -355,6 +358,10 @@ class ClassicProtocol:
         elif group.is_(PREPARING):
             self._maybe_complete_join_phase(group, now)
 
+    def _finish_rebalance(self, group: ClassicGroup, now: int) -> None:
+        self.ctx.outbox.rebalanced(group.group_id, "classic", group.generation_id, group.rebalance_started, now)
+        group.rebalance_started = None
+
     def _persist(self, group: ClassicGroup) -> None:
         self.ctx.outbox.write(GroupWrite(group_id=group.group_id, record=group.to_record()))
 
@@ -401,6 +408,7 @@ class ClassicProtocol:
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
             group.transition(STABLE, now)
+            self._finish_rebalance(group, now)
             self._propagate_sync(group, Code.NONE, now)
             self._persist(group)
         return ticket

@@ -98,6 +98,8 @@ class ClassicGroup:
     pending_sync: set[str] = field(default_factory=set)
     #: A member joined during the initial (delayed) rebalance: extend the delay.
     new_member_added: bool = False
+    #: When the current rebalance started (metrics), or ``None``.
+    rebalance_started: int | None = None
 
     # -- state ---------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from coordinator.consumer_group import (
     LEAVE_STATIC_EPOCH,
     ConsumerGroup,
     ConsumerMember,
+    ConsumerState,
 )
 from coordinator.context import Context
 from coordinator.errors import Code, GroupError
@@ -160,7 +161,7 @@ class ConsumerProtocol:
                            and req.topic_partitions is not None)
         changed = final.assignment.assigned != member.assignment.assigned
         if bump or changed or final != member:
-            self._persist(group)
+            self._persist(group, now)
         return ConsumerGroupHeartbeatResponse(
             member_id=member_id, member_epoch=final.member_epoch,
             heartbeat_interval_ms=self.ctx.settings.consumer_heartbeat_interval_ms,
@@ -217,6 +218,8 @@ class ConsumerProtocol:
             group.subscription_metadata = metadata
             group.group_epoch += 1
             group.state_timestamp = now
+            if group.rebalance_started is None:
+                group.rebalance_started = now
             return True
         return False
 
@@ -282,7 +285,7 @@ class ConsumerProtocol:
                 # Temporarily gone: keeps its place and assignment until its session ends.
                 group.put(member.with_assignment(replace(
                     member.assignment, member_epoch=LEAVE_STATIC_EPOCH, pending_revocation={})))
-                self._persist(group)
+                self._persist(group, now)
                 return ConsumerGroupHeartbeatResponse(member_id=member.member_id, member_epoch=LEAVE_STATIC_EPOCH)
         self.fence(group, member.member_id, now)
         return ConsumerGroupHeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
@@ -296,7 +299,7 @@ class ConsumerProtocol:
         self._maybe_bump(group, force=True, now=now)
         if not group.members:
             group.state_timestamp = now
-        self._persist(group)
+        self._persist(group, now)
 
     # -- topics, timers, resumption ------------------------------------------------------
 
@@ -305,7 +308,7 @@ class ConsumerProtocol:
         self.topics = topics
         for group in list(self.ctx.groups.values()):
             if isinstance(group, ConsumerGroup) and group.members and self._maybe_bump(group, force=False, now=now):
-                self._persist(group)
+                self._persist(group, now)
 
     def on_timer(self, key: tuple[Hashable, ...], now: int) -> None:
         """Handle one due timer of this protocol."""
@@ -333,7 +336,10 @@ class ConsumerProtocol:
             self.ctx.timers.cancel((SESSION, group.group_id, member_id))
             self.ctx.timers.cancel((REBALANCE, group.group_id, member_id))
 
-    def _persist(self, group: ConsumerGroup) -> None:
+    def _persist(self, group: ConsumerGroup, now: int) -> None:
+        if group.rebalance_started is not None and group.state in (ConsumerState.STABLE, ConsumerState.EMPTY):
+            self.ctx.outbox.rebalanced(group.group_id, "consumer", group.group_epoch, group.rebalance_started, now)
+            group.rebalance_started = None
         self.ctx.outbox.write(GroupWrite(group_id=group.group_id, record=group.to_record()))
 
 

@@ -85,6 +85,8 @@ class ConsumerGroup:
     #: When the group became empty, or last changed (ms since the epoch).
     state_timestamp: int = 0
     dead: bool = False
+    #: When the current rebalance started (metrics), or ``None``.
+    rebalance_started: int | None = None
 
     @property
     def state(self) -> ConsumerState:

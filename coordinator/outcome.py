@@ -85,6 +85,17 @@ class WriteSet:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Rebalance:
+    """A finished rebalance, for metrics: from its start (a classic group leaving Stable or
+    Empty, a KIP-848 group epoch bump) to Stable or Empty again."""
+
+    group_id: str
+    protocol: str  # "classic" | "consumer"
+    generation: int
+    duration_ms: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Step(Generic[R_co]):
     """The result of one call into the core."""
 
@@ -92,6 +103,8 @@ class Step(Generic[R_co]):
     ticket: int | None = None
     answers: tuple[Answer, ...] = ()
     writes: tuple[WriteSet, ...] = ()
+    #: Rebalances this call finished (metrics: count and duration).
+    rebalances: tuple[Rebalance, ...] = ()
 
 
 class Outbox:
@@ -101,6 +114,7 @@ class Outbox:
         self._next_ticket = 0
         self.answers: list[Answer] = []
         self.writes: list[WriteSet] = []
+        self.rebalances: list[Rebalance] = []
 
     def ticket(self) -> int:
         """A fresh ticket for a parked request."""
@@ -119,7 +133,15 @@ class Outbox:
     def drain(self, response: R | None = None, ticket: int | None = None) -> Step[R]:
         """Everything collected, as a step answering ``response`` (or parked as ``ticket``)."""
         step: Step[R] = Step(response=response, ticket=ticket, answers=tuple(self.answers),
-                             writes=tuple(self.writes))
+                             writes=tuple(self.writes), rebalances=tuple(self.rebalances))
         self.answers.clear()
         self.writes.clear()
+        self.rebalances.clear()
         return step
+
+    def rebalanced(self, group_id: str, protocol: str, generation: int, started: int | None,
+                   now: int) -> None:
+        """Record a finished rebalance that started at ``started`` (nothing if ``None``)."""
+        if started is not None:
+            self.rebalances.append(Rebalance(group_id=group_id, protocol=protocol,
+                                             generation=generation, duration_ms=max(now - started, 0)))

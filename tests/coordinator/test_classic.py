@@ -187,3 +187,12 @@ def test_consumer_subscription_topics() -> None:
     raw = b"\x00\x00" + b"\x00\x00\x00\x02" + b"\x00\x01a" + b"\x00\x02bc" + b"\xff\xff\xff\xff"
     assert consumer_subscription_topics(raw) == {"a", "bc"}
     assert consumer_subscription_topics(b"\x00") is None
+
+
+def test_rebalance_reported_for_metrics() -> None:
+    core = make(initial_rebalance_delay_ms=0)
+    core.join_group(join(version=3), CLIENT, 100)
+    core.on_timer(100)
+    step = core.sync_group(sync("g", "c-1", 1, {"c-1": b"A"}), 350)
+    (r,) = step.rebalances
+    assert (r.group_id, r.protocol, r.generation, r.duration_ms) == ("g", "classic", 1, 250)

@@ -159,3 +159,15 @@ def test_describe() -> None:
     assert x.error is Code.GROUP_ID_NOT_FOUND
     wire = d.to_wire(1)
     assert wire["Groups"][0]["Members"][0]["MemberType"] == 1
+
+
+def test_rebalance_reported_for_metrics() -> None:
+    core = core_with_topics()
+    hb(core, "A", 0, now=0)
+    hb(core, "B", 0, now=100)  # epoch 2 starts a rebalance at 100
+    hb(core, "A", 1, {T1: [0, 1, 2, 3, 4, 5]}, now=200)
+    hb(core, "A", 1, {T1: [0, 1, 2]}, now=300)
+    last = core.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
+        version=1, group_id="g", member_id="B", member_epoch=2, topic_partitions=()), CLIENT, 400)
+    (r,) = last.rebalances
+    assert (r.protocol, r.generation, r.duration_ms) == ("consumer", 2, 300)
