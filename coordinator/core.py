@@ -16,6 +16,7 @@ retention outlive the process). Every method returns a :class:`~coordinator.outc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -75,6 +76,27 @@ from coordinator.offsets import Offsets
 from coordinator.outcome import GroupWrite, OffsetValue, R, Response, Step, Write
 from coordinator.settings import CoordinatorSettings
 from coordinator.topics import TopicsSnapshot
+
+log = logging.getLogger(__name__)
+
+#: API key -> (lowest, highest) version the core serves; ApiVersions advertises these when
+#: the coordinator is embedded, whatever the broker supports. TxnOffsetCommit (28) is not
+#: here: it is answered, but only with a refusal.
+SERVED_API_VERSIONS: dict[int, tuple[int, int]] = {
+    8: (0, 10),   # OffsetCommit
+    9: (0, 10),   # OffsetFetch
+    10: (0, 6),   # FindCoordinator
+    11: (0, 9),   # JoinGroup
+    12: (0, 4),   # Heartbeat
+    13: (0, 5),   # LeaveGroup
+    14: (0, 5),   # SyncGroup
+    15: (0, 6),   # DescribeGroups
+    16: (0, 5),   # ListGroups
+    42: (0, 2),   # DeleteGroups
+    47: (0, 0),   # OffsetDelete
+    68: (0, 1),   # ConsumerGroupHeartbeat
+    69: (0, 1),   # ConsumerGroupDescribe
+}
 
 RETENTION = ("offsets.retention",)
 #: Write failures are answered with this: retriable, the client finds the coordinator again.
@@ -356,19 +378,29 @@ class GroupCoordinator:
         """Resume groups read back from the store (seed §5): members get one session
         timeout to heartbeat again, offsets are served at once."""
         for loaded in groups:
-            record = loaded.record
-            if record is not None and record.get("type") == "consumer":
-                cgroup = ConsumerGroup.from_record(loaded.group_id, dict(record))
-                self.ctx.groups[loaded.group_id] = cgroup
-                self.consumer.resume(cgroup, now)
-            elif record is not None:
-                group = ClassicGroup.from_record(loaded.group_id, dict(record))
-                self.ctx.groups[loaded.group_id] = group
-                self.classic.resume(group, now)
-            elif loaded.offsets:
+            try:
+                self._load_one(loaded, now)
+            except (KeyError, ValueError, TypeError) as exc:
+                # A bad record must not keep the other groups from loading; its offsets
+                # are still served.
+                log.warning("group %r: registry record not loadable (%s); offsets only", loaded.group_id, exc)
                 self.ctx.groups[loaded.group_id] = ClassicGroup(group_id=loaded.group_id, state_timestamp=now)
-            if loaded.offsets:
                 self.offsets.committed[loaded.group_id] = dict(loaded.offsets)
+
+    def _load_one(self, loaded: LoadedGroup, now: int) -> None:
+        record = loaded.record
+        if record is not None and record.get("type") == "consumer":
+            cgroup = ConsumerGroup.from_record(loaded.group_id, dict(record))
+            self.ctx.groups[loaded.group_id] = cgroup
+            self.consumer.resume(cgroup, now)
+        elif record is not None:
+            group = ClassicGroup.from_record(loaded.group_id, dict(record))
+            self.ctx.groups[loaded.group_id] = group
+            self.classic.resume(group, now)
+        elif loaded.offsets:
+            self.ctx.groups[loaded.group_id] = ClassicGroup(group_id=loaded.group_id, state_timestamp=now)
+        if loaded.offsets:
+            self.offsets.committed[loaded.group_id] = dict(loaded.offsets)
 
     def statistics(self) -> dict[str, int]:
         """Counts for metrics: groups by ``<type>.<state>``, and ``members``."""

@@ -183,3 +183,23 @@ def test_load_resumes_a_stable_group() -> None:
     # Nobody comes back within the session timeout: the member is removed.
     again.on_timer(100 + 10_000 + 200)
     assert "c-1" not in again.ctx.groups["c"].members
+
+
+def test_a_bad_record_does_not_stop_loading() -> None:
+    core = make()
+    core.load([LoadedGroup(group_id="bad", record={"type": "classic"}, offsets={
+                   ("t", 0): OffsetValue(offset=3, commit_timestamp=0)}),
+               LoadedGroup(group_id="ok", record=None, offsets={
+                   ("t", 0): OffsetValue(offset=4, commit_timestamp=0)})], now=0)
+    assert fetch(core, None, group="bad").groups[0].topics[0].partitions[0].offset == 3
+    assert fetch(core, None, group="ok").groups[0].topics[0].partitions[0].offset == 4
+
+
+def test_served_versions_match_the_schemas() -> None:
+    from coordinator.core import SERVED_API_VERSIONS
+    from protocol.apis import ApiRegistry
+
+    registry = ApiRegistry()
+    for key, (lo, hi) in SERVED_API_VERSIONS.items():
+        versions = registry.api(key).versions
+        assert lo in versions and hi in versions and hi + 1 not in versions, key
