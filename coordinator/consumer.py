@@ -252,7 +252,9 @@ class ConsumerProtocol:
         current = member.assignment
         if current.state is MemberState.STABLE and current.member_epoch == epoch:
             return member
-        holders = group.partition_epochs(exclude=member.member_id)
+        # Its own partitions pending revocation count as held (``currentPartitionEpoch``):
+        # one given back to it waits until its revocation is recorded.
+        holders = group.partition_epochs()
         step = reconcile(current, target_epoch=epoch, target=group.target.get(member.member_id, {}),
                          partition_epoch=lambda t, p: holders.get((t, p), -1), owned=owned)
         if step == current:
@@ -296,6 +298,7 @@ class ConsumerProtocol:
             return
         self.ctx.timers.cancel((SESSION, group.group_id, member_id))
         self.ctx.timers.cancel((REBALANCE, group.group_id, member_id))
+        self._rebalance_epoch.pop((member_id, group.group_id), None)
         self._maybe_bump(group, force=True, now=now)
         if not group.members:
             group.state_timestamp = now
