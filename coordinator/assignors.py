@@ -76,7 +76,8 @@ def uniform_assignor(members: Mapping[str, MemberSpec], topics: Mapping[UUID, in
     eligible = {t: sorted(m for m, s in members.items() if t in s.subscribed) for t in topics}
     # 2. Shed excess: in a homogeneous group nobody keeps more than its fair share.
     subs = {frozenset(s.subscribed & topics.keys()) for s in members.values()}
-    if len(subs) == 1 and members:
+    homogeneous = len(subs) == 1
+    if homogeneous and members:
         total = sum(topics[t] for t in next(iter(subs)))
         quota, extra = divmod(total, len(members))
         # Members already holding more than the quota keep quota+1 while "extra" slots last.
@@ -103,7 +104,8 @@ def uniform_assignor(members: Mapping[str, MemberSpec], topics: Mapping[UUID, in
             owned[m].setdefault(topic, set()).add(p)
             counts[m] += 1
     # 4. Even out: move a partition from a member with two more than another eligible one.
-    for _ in range(sum(topics.values()) * max(len(members), 1)):
+    #    (Steps 2 and 3 already balance a homogeneous group.)
+    for _ in range(0 if homogeneous else sum(topics.values()) * max(len(members), 1)):
         moved = False
         for (topic, p), m in sorted(owner.items(), key=lambda kv: (-counts[kv[1]], str(kv[0][0]), kv[0][1])):
             target = min(eligible[topic], key=lambda x: (counts[x], x))
