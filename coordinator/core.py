@@ -214,6 +214,18 @@ class GroupCoordinator:
         self.consumer.update_topics(topics, now)
         return self.ctx.outbox.drain()
 
+    def wanted_topics(self) -> tuple[set[str], bool]:
+        """What the shell's Metadata refresh must cover for KIP-848 groups: the topic names
+        members subscribe to, and whether some member subscribes by regex (then: all topics)."""
+        names: set[str] = set()
+        regex = False
+        for group in self.ctx.groups.values():
+            if isinstance(group, ConsumerGroup):
+                for m in group.members.values():
+                    names.update(m.subscribed_topic_names)
+                    regex = regex or bool(m.subscribed_topic_regex)
+        return names, regex
+
     @property
     def topics(self) -> TopicsSnapshot:
         """The last topic metadata the shell supplied."""

@@ -171,3 +171,12 @@ def test_rebalance_reported_for_metrics() -> None:
         version=1, group_id="g", member_id="B", member_epoch=2, topic_partitions=()), CLIENT, 400)
     (r,) = last.rebalances
     assert (r.protocol, r.generation, r.duration_ms) == ("consumer", 2, 300)
+
+
+def test_wanted_topics() -> None:
+    core = core_with_topics()
+    assert core.wanted_topics() == (set(), False)
+    hb(core, "A", 0, topics=("t1", "later"))
+    assert core.wanted_topics() == ({"t1", "later"}, False)
+    hb(core, "B", 0, regex="t.*")
+    assert core.wanted_topics() == ({"t1", "later"}, True)
