@@ -68,6 +68,12 @@ class FrameDecoder:
         self._need = -1  # whole size of the frame being gathered, -1 while unknown
         self._eof = False
 
+    @property
+    def pending(self) -> int:
+        """Bytes the incomplete frame being gathered will hold: its whole size once its
+        size prefix is in, else what is buffered (a memory budget reserves this)."""
+        return self._need if self._need >= 0 else self.buffered
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed bytes from the peer; ``b""`` means the peer closed its side."""
         if self._eof and data:

@@ -155,6 +155,14 @@ def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], i
     return parse
 
 
+def _bound_or_none(key: str, value: str) -> int:
+    """A byte bound: -1 (none) or a positive number."""
+    number = _int(-1)(key, value)
+    if number == 0:
+        raise ConfigError(f"{key}={value!r}: expected -1 (no bound) or a number >= 1")
+    return number
+
+
 def _range_text(lo: int | None, hi: int | None) -> str:
     if lo is not None and hi is not None:
         return f"between {lo} and {hi}"
@@ -298,6 +306,13 @@ KEYS: tuple[Key, ...] = (
     Key("socket.request.max.bytes", "int", "104857600",
         "Largest request frame accepted from a client; a larger one closes the connection.",
         _int(1), ">= 1"),
+    Key("queued.max.request.bytes", "int", "268435456",
+        "Request bytes all client connections together may hold in memory (Kafka's name and "
+        "meaning: a frame being read reserves its whole size; past the bound no connection "
+        "starts reading a new request until memory is released). -1: no bound (Kafka's "
+        "default; the sidecar's is 256 MiB, so a handful of clients sending large frames "
+        "cannot exhaust it).",
+        _bound_or_none, "-1 or >= 1"),
     Key("sidecar.response.max.bytes", "int", "1073741824",
         "Largest response frame accepted from the broker.", _int(1), ">= 1"),
     Key("connections.max.idle.ms", "int", "600000",
@@ -339,7 +354,10 @@ KEYS: tuple[Key, ...] = (
         "Where /metrics, /healthz and /readyz are served. Empty: no HTTP endpoint.",
         _optional_hostport, "host:port or empty"),
     Key("sidecar.shutdown.drain.ms", "int", "10000",
-        "On SIGTERM: stop accepting, then wait up to this long for in-flight requests.",
+        "On SIGTERM: stop accepting and reading, send the broker what was read, and wait up to "
+        "this long for every answer owed; then close each connection without a reset. What "
+        "is still unanswered at the deadline (or at a second SIGTERM) is abandoned: logged "
+        "with its count, and the exit code is 3.",
         _int(0), ">= 0"),
     Key("ssl.keystore.location", "path", "",
         "PEM file holding this sidecar's certificate chain and private key (SSL listeners).",

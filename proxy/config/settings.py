@@ -28,6 +28,9 @@ class ConnectionSettings:
     response_max_bytes: int = 1073741824
     #: ``sidecar.unsupported.request.policy``: ``respond`` (KIP-35) or ``close``.
     unsupported_policy: str = "respond"
+    #: How long a drained connection reads and discards client bytes after its last
+    #: answer and its FIN, so that closing it does not reset answers still in flight.
+    drain_linger: float = 0.5
 
     @classmethod
     def from_config(cls, config: SidecarConfig) -> ConnectionSettings:
@@ -40,6 +43,12 @@ class ConnectionSettings:
             response_max_bytes=config["sidecar.response.max.bytes"],
             unsupported_policy=config["sidecar.unsupported.request.policy"],
         )
+
+
+def queued_max_request_bytes(config: SidecarConfig) -> int | None:
+    """``queued.max.request.bytes`` (``None``: no bound)."""
+    value: int = config["queued.max.request.bytes"]
+    return None if value < 0 else value
 
 
 @dataclass(frozen=True, kw_only=True)

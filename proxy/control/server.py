@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from protocol.apis import PRODUCE, ApiRegistry
 from proxy.auth.gate import Gate, ListenerAuth
 from proxy.config import Endpoint, HostPort, SidecarConfig
-from proxy.config.settings import ConnectionSettings, SaslSettings
+from proxy.config.settings import ConnectionSettings, SaslSettings, queued_max_request_bytes
 from proxy.control.acceptor import serve_listener
 from proxy.control.gate_config import gate_config
 from proxy.control.http import serve_http
@@ -38,6 +38,7 @@ from proxy.datapath.addressing import (
     StaticAddressBook,
 )
 from proxy.datapath.connection import Connection, Parts
+from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.rewrite import Rewriter
 from proxy.datapath.routing import Router
@@ -51,6 +52,25 @@ from quotas.gate import AcceptGate
 log = logging.getLogger(__name__)
 
 TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
+class OwnAddressFirst:
+    """An address book that always maps this sidecar's own broker id to its own address.
+
+    Whatever the underlying book says at the moment (a ZooKeeper view being rebuilt after a
+    session expiry, say), Metadata through this sidecar always names the sidecar itself.
+    """
+
+    def __init__(self, sidecar: Sidecar, book: AddressBook) -> None:
+        self.sidecar = sidecar
+        self.book = book
+
+    def lookup(self, node_id: int, host: str, port: int, listener: str) -> HostPort | None:
+        """This sidecar's advertised address for its own id, else the book's answer."""
+        if node_id == self.sidecar.broker_id and node_id >= 0:
+            mine = self.sidecar.advertised(listener)
+            return HostPort(mine.host, mine.port)
+        return self.book.lookup(node_id, host, port, listener)
 
 
 class Sidecar:
@@ -99,6 +119,12 @@ class Sidecar:
             super_users=config["super.users"],
         )
         self.connection_settings = ConnectionSettings.from_config(config)
+        #: Request bytes held by all connections (``queued.max.request.bytes``).
+        self.memory = RequestMemory(queued_max_request_bytes(config))
+        self._all_closed = trio.Event()
+        #: Requests forwarded to the broker and answers it gave, over closed connections.
+        self.forwarded_total = 0
+        self.broker_answers_total = 0
 
     # -- identity (the registrant and the broker directory) ------------------------------
 
@@ -240,7 +266,7 @@ class Sidecar:
         table = build_table(
             self.registry, TableSpec(sasl=sasl, scram_credentials=self.ports.users is not None)
         )
-        rewriter = Rewriter(self.address_book, listener, self._unmapped)
+        rewriter = Rewriter(OwnAddressFirst(self, self.address_book), listener, self._unmapped)
         router = Router(self.registry, table, self.upstream, rewriter,
                         lambda api: self.metrics.rewrites.labels(api).inc())
         hub = self.observers
@@ -259,6 +285,8 @@ class Sidecar:
             router=router,
             metrics=self.metrics,
             open_upstream=self.upstream.connect,
+            memory=self.memory,
+            upstream_failed=self.upstream.report_failure,
             gate=gate,
             tap=(lambda c: hub.tap(c.listener, c.peer[0], c.peer[1], self.broker_id)) if hub else (lambda c: None),
         )
@@ -400,22 +428,54 @@ class Sidecar:
         self.connections.add(connection)
         gauge = self.metrics.connections_active.labels(listener)
         gauge.inc()
+        if self.draining:
+            connection.stop_reading()  # accepted while the drain began
         try:
             await connection.run()
         finally:
             gauge.dec()
             self.connections.discard(connection)
+            self.forwarded_total += connection.stats.forwarded
+            self.broker_answers_total += connection.upstream_answered
+            if self.draining and not self.connections:
+                self._all_closed.set()
 
-    async def drain(self, deadline: float | None = None) -> None:
-        """Stop accepting, let in-flight requests finish (up to the drain time), then return."""
+    def unanswered(self) -> int:
+        """Requests read on every connection whose answers have not left yet."""
+        return sum(connection.unanswered for connection in self.connections)
+
+    async def drain(self, deadline: float | None = None) -> int:
+        """Stop accepting and reading, answer everything read, close gently; the count abandoned.
+
+        Every connection stops at a frame boundary, sends the broker what it read, and
+        waits for the answers it owes (``Connection.stop_reading``). Returns how many
+        requests were still unanswered when ``deadline`` (``sidecar.shutdown.drain.ms``)
+        passed: 0 after a complete drain. Cancelling the drain (a second SIGTERM) leaves
+        the count to :meth:`unanswered`.
+        """
         timeout = self.config["sidecar.shutdown.drain.ms"] / 1000 if deadline is None else deadline
+        started = trio.current_time()
         self.draining = True
         for scope in self._listener_scopes:
             scope.cancel()
+        pending = self.unanswered()
+        log.info("draining %d connection(s) with %d request(s) in flight", len(self.connections), pending)
         for connection in list(self.connections):
             connection.stop_reading()
+        if not self.connections:
+            self._all_closed.set()
         with trio.move_on_after(timeout):
-            while self.connections:
-                await trio.sleep(0.01)
+            await self._all_closed.wait()
+        abandoned = self.unanswered()
         if self.connections:
-            log.warning("drain deadline passed with %d connection(s) still busy", len(self.connections))
+            log.warning(
+                "drain deadline (%g s) passed: abandoning %d unanswered request(s) on %d connection(s)",
+                timeout, abandoned, len(self.connections),
+            )
+        else:
+            log.info(
+                "drained in %.3f s: every request read was answered (forwarded %d, broker "
+                "answers %d, over the sidecar's life)", trio.current_time() - started,
+                self.forwarded_total, self.broker_answers_total,
+            )
+        return abandoned

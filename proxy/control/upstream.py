@@ -40,6 +40,8 @@ from proxy.local.ports import BrokerAddress, UpstreamInfo
 log = logging.getLogger(__name__)
 
 CLIENT_ID = "ksidecar-control"
+#: How often the broker is asked again while it does not answer (seconds).
+FAST_RECHECK = 0.5
 
 
 @dataclass(frozen=True, repr=False)
@@ -83,7 +85,10 @@ class Upstream:
         self.registry = registry
         self.info: UpstreamInfo | None = None
         self.healthy = False
+        #: The idle control connection kept open while the broker answers (watched).
+        self.link: trio.abc.Stream | None = None
         self._learned = trio.Event()
+        self._recheck = trio.Event()
         self._correlation = 0
 
     async def connect(self) -> trio.abc.Stream:
@@ -133,9 +138,14 @@ class Upstream:
                 raise UpstreamError(f"control connection: correlation id {got}, expected {correlation_id}")
             return decode(api.response, version, body_bytes[size:], allow_trailing=True)
 
-    async def learn(self) -> UpstreamInfo:
-        """Ask the broker for its ApiVersions and Metadata; store and return what it said."""
+    async def learn(self, keep: bool = False) -> UpstreamInfo:
+        """Ask the broker for its ApiVersions and Metadata; store and return what it said.
+
+        ``keep``: leave the control connection open and make it :attr:`link`, so that
+        :meth:`refresh_forever` notices at once when the broker goes away.
+        """
         stream = await self.connect()
+        kept = False
         try:
             with trio.fail_after(self.connect_timeout):
                 versions_body = await self._api_versions(stream)
@@ -145,17 +155,40 @@ class Upstream:
                     k.ApiKey: (k.MinVersion, k.MaxVersion) for k in versions_body.ApiKeys
                 }
                 brokers, cluster_id = await self._metadata(stream, ranges)
+            if keep:
+                await self._drop_link()
+                self.link, kept = stream, True
         except trio.TooSlowError:
             raise UpstreamError(f"broker {self.address} did not answer the control requests in time") from None
         except (ProtocolError, trio.BrokenResourceError, OSError) as exc:
             raise UpstreamError(f"broker {self.address} control exchange failed: {exc}") from None
         finally:
-            await trio.aclose_forcefully(stream)
+            if not kept:
+                await trio.aclose_forcefully(stream)
         node_id = self._own_node_id(brokers)
         self.info = UpstreamInfo(ranges, versions_body, brokers, cluster_id, node_id)
+        if not self.healthy:
+            log.info("upstream %s answers: ready", self.address)
         self.healthy = True
         self._learned.set()
         return self.info
+
+    def report_failure(self, why: str, unreachable: bool) -> None:
+        """The data path could not reach the broker, or a link broke: re-check at once.
+
+        A failed dial marks the sidecar not ready straight away; a broken link only
+        triggers the re-check (one client's link can break while the broker is fine).
+        """
+        if unreachable:
+            if self.healthy:
+                log.warning("upstream %s: %s: not ready until it answers again", self.address, why)
+            self.healthy = False
+        self._recheck.set()
+
+    async def _drop_link(self) -> None:
+        if self.link is not None:
+            await trio.aclose_forcefully(self.link)
+            self.link = None
 
     async def wait_learned(self) -> UpstreamInfo:
         """The first answer of the control connection, once it came."""
@@ -223,16 +256,48 @@ class Upstream:
     async def refresh_forever(
         self, interval: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Re-learn every ``interval`` seconds; reports ready after the first attempt."""
+        """Keep :attr:`info` and :attr:`healthy` current; reports started after the first try.
+
+        While the broker answers, the control connection stays open and is watched: the
+        broker's death closes it, and the sidecar is not ready within moments, whether or
+        not clients are sending. It is re-learned every ``interval`` seconds, at once when
+        the data path reports a failure (:meth:`report_failure`), and every
+        :data:`FAST_RECHECK` seconds while the broker does not answer.
+        """
         started = False
-        while True:
-            try:
-                await self.learn()
-            except UpstreamError as exc:
-                if self.healthy or not started:
-                    log.warning("upstream control connection: %s", exc)
-                self.healthy = False
-            if not started:
-                started = True
-                task_status.started()
-            await trio.sleep(interval if self.healthy else min(interval, 2.0))
+        try:
+            while True:
+                try:
+                    await self.learn(keep=True)
+                except UpstreamError as exc:
+                    if self.healthy or not started:
+                        log.warning("upstream control connection: %s", exc)
+                    self.healthy = False
+                    await self._drop_link()
+                if not started:
+                    started = True
+                    task_status.started()
+                self._recheck = trio.Event()
+                wait = interval if self.healthy else min(interval, FAST_RECHECK)
+                with trio.move_on_after(wait):
+                    async with trio.open_nursery() as watch:
+                        watch.start_soon(self._wait_recheck, watch.cancel_scope)
+                        if self.link is not None:
+                            watch.start_soon(self._watch_link, self.link, watch.cancel_scope)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._drop_link()
+
+    async def _wait_recheck(self, scope: trio.CancelScope) -> None:
+        await self._recheck.wait()
+        scope.cancel()
+
+    async def _watch_link(self, link: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        """Return (ending the wait) when the idle control connection ends or breaks."""
+        try:
+            data = await link.receive_some(1)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            data = b""
+        if not data:
+            log.info("upstream %s closed the control connection; re-checking", self.address)
+        scope.cancel()

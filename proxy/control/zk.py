@@ -87,7 +87,12 @@ class ZooKeeper:
                 f"zookeeper.connect={self.connect!r}: no ZooKeeper answered within "
                 f"{self.session_timeout:g}s"
             ) from None
-        self.client.add_listener(self.deliver(self._state_changed))
+        deliver = self.deliver(self._state_changed)
+
+        def listener(state: str) -> None:
+            deliver(state)  # returns None: a kazoo state listener that returns True is removed
+
+        self.client.add_listener(listener)
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking kazoo call in a worker thread."""

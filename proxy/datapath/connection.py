@@ -52,6 +52,7 @@ from protocol.schema import decode, encode
 from proxy.auth.gate import RAW_TOKEN, Gate, PassthroughGate, Refusal
 from proxy.config.settings import ConnectionSettings
 from proxy.datapath.errors import ConnectionClosed, UpstreamError, frame_cause, reason_of
+from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.responder import Responses, Slot
 from proxy.datapath.routing import FORWARD, Router
@@ -90,6 +91,11 @@ class Parts:
     router: Router
     metrics: SidecarMetrics
     open_upstream: OpenUpstream
+    #: The sidecar-wide budget of request bytes (``queued.max.request.bytes``).
+    memory: RequestMemory = field(default_factory=lambda: RequestMemory(None))
+    #: Told ``(why, unreachable)`` when dialling the broker failed (``unreachable``) or a
+    #: broker link broke: readiness re-checks at once.
+    upstream_failed: Callable[[str, bool], None] = lambda _why, _unreachable: None
     #: A new connection's admission gate (SASL listeners), or ``None``.
     gate: Callable[[Context], Gate | None] = lambda _context: None
     #: A new connection's observer tap (KIP-388), or ``None`` when there are no observers.
@@ -103,6 +109,8 @@ class ConnectionStats:
     requests: int = 0
     responses: int = 0
     local: int = 0
+    #: Requests sent to the broker (acks=0 Produce included).
+    forwarded: int = 0
     forwarded_bytes: int = 0
     rewritten: int = 0
     extra: dict[str, int] = field(default_factory=dict)
@@ -138,8 +146,15 @@ class Connection:
         self.upstream_answered = 0
         self.stats = ConnectionStats()
         self._reading = True
-        self.read_scope = trio.CancelScope()
+        #: Set by :meth:`stop_reading`; the pump stops at its next frame boundary.
+        self._stop = False
+        #: The scope of the one read in progress (cancelled by :meth:`stop_reading`).
+        self._receive_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
+        #: The broker link, dialled when the first request must be forwarded.
+        self._upstream: trio.abc.Stream | None = None
+        #: Request bytes this connection holds in the sidecar-wide pool.
+        self._held = 0
         #: When the client last sent bytes (the idle watchdog's reference).
         self.last_receive = trio.current_time()
 
@@ -159,24 +174,23 @@ class Connection:
         """Serve the connection until it ends; never raises for a peer's fault."""
         metrics = self.metrics
         reason, detail = "client_closed", ""
-        upstream: trio.abc.Stream | None = None
         try:
-            upstream = await self.parts.open_upstream()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._client_pump, upstream, nursery.cancel_scope)
-                nursery.start_soon(self._upstream_pump, upstream)
+                nursery.start_soon(self._client_pump, nursery.cancel_scope)
                 nursery.start_soon(self._writer)
                 nursery.start_soon(self._idle_watchdog)
-        except UpstreamError as exc:
-            reason, detail = "upstream_unreachable", str(exc)
         except BaseExceptionGroup as group:
             reason, detail = reason_of(group)
         finally:
+            self.parts.memory.change(-self._held)
+            self._held = 0
             if self.tap is not None:
                 self._observe_unanswered()
-            if upstream is not None:
-                await trio.aclose_forcefully(upstream)
+            if self._upstream is not None:
+                await trio.aclose_forcefully(self._upstream)
+            if reason == "drained":
+                await self._close_gently()
             await trio.aclose_forcefully(self.client)
         if reason not in ("client_closed", "drained"):
             metrics.errors.labels(reason).inc()
@@ -187,41 +201,84 @@ class Connection:
         metrics.connections_closed.labels(self.listener, reason).inc()
 
     def stop_reading(self) -> None:
-        """Stop taking new requests (shutdown drain); in-flight ones still complete."""
-        self.read_scope.cancel()
+        """Stop taking new requests (shutdown drain); in-flight ones still complete.
+
+        The pump stops at a frame boundary: a read in progress is cancelled, and a pump
+        busy with what it read finishes it (everything read is forwarded or answered)
+        before it looks at the flag. No frame is ever left half-sent to the broker.
+        """
+        self._stop = True
+        if self._receive_scope is not None:
+            self._receive_scope.cancel()
+
+    @property
+    def unanswered(self) -> int:
+        """Requests read whose answers have not left yet (what a forced stop abandons)."""
+        return len(self.responses.slots)
+
+    async def _close_gently(self) -> None:
+        """After a drain: FIN, then read and discard the client's bytes for a moment.
+
+        Closing a socket with unread bytes sends a reset, and a reset makes the client's
+        kernel drop answers the client has not read yet: the answers just sent would be
+        lost. Half-closing first and reading what the client still sends avoids that.
+        """
+        client = self.client
+        try:
+            if isinstance(client, trio.abc.HalfCloseableStream):
+                await client.send_eof()
+            with trio.move_on_after(self.parts.settings.drain_linger):
+                while await client.receive_some(RECEIVE_SIZE):
+                    pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
 
     # -- client side -------------------------------------------------------------------
 
-    async def _client_pump(self, upstream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+    async def _client_pump(self, scope: trio.CancelScope) -> None:
         decoder = FrameDecoder(self.parts.settings.request_max_bytes)
         receive = self.client.receive_some
-        with self.read_scope:
-            while True:
-                await self._wait_for_capacity()
+        memory = self.parts.memory
+        while not self._stop:
+            await self._wait_for_capacity()
+            if self._held == 0 and memory.full:
+                await memory.wait_for_room()  # queued.max.request.bytes
+            if self._stop:
+                break
+            # Only the read itself is cancelled by a drain: what was read is always
+            # forwarded or answered whole (stop_reading).
+            data: bytes | bytearray | None = None
+            with trio.CancelScope() as self._receive_scope:
                 data = await receive(RECEIVE_SIZE)
-                self.last_receive = trio.current_time()
-                decoder.receive_data(data)
-                parts: list[bytes | memoryview] = []
-                while True:
-                    try:
-                        frame = decoder.next_frame()
-                    except FrameError as exc:
-                        raise ConnectionClosed(frame_cause(exc), str(exc)) from None
-                    except ProtocolError as exc:  # EOF inside a frame
-                        raise ConnectionClosed("truncated", str(exc)) from None
-                    if frame is EOF:
-                        await self._send_upstream(upstream, parts)
-                        scope.cancel()  # the client is gone: answers cannot be delivered
-                        return
-                    if frame is NEED_DATA:
-                        break
-                    if self._at_capacity():
-                        # One read can hold many requests: the bound holds per request.
-                        # Send what is gathered first, or its answers could never come.
-                        await self._send_upstream(upstream, parts)
-                        await self._wait_for_capacity()
-                    await self._on_request(frame, parts, upstream)
-                await self._send_upstream(upstream, parts)
+            self._receive_scope = None
+            if data is None:
+                break  # the read was cancelled: draining
+            self.last_receive = trio.current_time()
+            decoder.receive_data(data)
+            parts: list[bytes | memoryview] = []
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except FrameError as exc:
+                    raise ConnectionClosed(frame_cause(exc), str(exc)) from None
+                except ProtocolError as exc:  # EOF inside a frame
+                    raise ConnectionClosed("truncated", str(exc)) from None
+                if frame is EOF:
+                    await self._send_upstream(parts)
+                    scope.cancel()  # the client is gone: answers cannot be delivered
+                    return
+                if frame is NEED_DATA:
+                    break
+                if self._at_capacity():
+                    # One read can hold many requests: the bound holds per request.
+                    # Send what is gathered first, or its answers could never come.
+                    await self._send_upstream(parts)
+                    await self._wait_for_capacity()
+                await self._on_request(frame, parts)
+            await self._send_upstream(parts)
+            if memory.limit is not None and decoder.pending != self._held:
+                memory.change(decoder.pending - self._held)
+                self._held = decoder.pending
         # Draining: no more requests; let the writer finish what is in flight.
         self._reading = False
         self.responses.wake_writer()
@@ -256,9 +313,7 @@ class Connection:
         while self._at_capacity():
             await self.responses.wait_for_room()
 
-    async def _on_request(
-        self, frame: memoryview, parts: list[bytes | memoryview], upstream: trio.abc.Stream
-    ) -> None:
+    async def _on_request(self, frame: memoryview, parts: list[bytes | memoryview]) -> None:
         body = frame[4:]
         gate = self.gate
         if gate is not None:
@@ -266,7 +321,7 @@ class Connection:
             if isinstance(verdict, Refusal):
                 raise ConnectionClosed(verdict.reason, verdict.detail)
             if verdict is RAW_TOKEN:
-                await self._raw_token(frame, parts, upstream)
+                await self._raw_token(frame, parts)
                 return
         try:
             record = self._classify(body)
@@ -290,7 +345,7 @@ class Connection:
         if isinstance(route, LocalApi):
             api.requests(header.api_version, "local").inc()
             answer = self._call(route, header, body)
-            await self._local(answer, record, api, frame, now, parts, upstream)
+            await self._local(answer, record, api, frame, now, parts)
             return
         api.requests(header.api_version, "unsupported").inc()
         self._unsupported(record, header, api, frame, now)
@@ -337,7 +392,6 @@ class Connection:
         frame: memoryview,
         now: float,
         parts: list[bytes | memoryview],
-        upstream: trio.abc.Stream,
     ) -> None:
         """Give a local answer its place; start or hold for an answer-later."""
         api.local.inc()
@@ -350,12 +404,12 @@ class Connection:
             if answer.hold:
                 # The next request depends on this answer (a login): what was gathered
                 # goes first, then the pump waits.
-                await self._send_upstream(upstream, parts)
+                await self._send_upstream(parts)
                 await self._answer_later(answer, record, slot)
             else:
                 self._nursery.start_soon(self._answer_later, answer, record, slot)
         else:
-            await self._send_upstream(upstream, parts)
+            await self._send_upstream(parts)
             await self._close(answer, record, slot)
 
     async def _answer_later(self, later: Later, record: InFlight, slot: Slot) -> None:
@@ -399,9 +453,7 @@ class Connection:
         head = encode_response_header(header.correlation_id, spec.response_header_version(version))
         return size_prefix(len(head) + len(body)) + head + body
 
-    async def _raw_token(
-        self, frame: memoryview, parts: list[bytes | memoryview], upstream: trio.abc.Stream
-    ) -> None:
+    async def _raw_token(self, frame: memoryview, parts: list[bytes | memoryview]) -> None:
         """A raw SASL token after a v0 handshake: the SASL local API answers it."""
         answer_token = self.router.table.raw_token
         if answer_token is None:  # a gate marks raw tokens only where SASL is terminated
@@ -412,7 +464,7 @@ class Connection:
         api = self.metrics.for_label("SaslToken")
         api.request_bytes.inc(len(frame))
         answer = answer_token(bytes(frame[4:]), self.context)
-        await self._local(answer, record, api, frame, now, parts, upstream)
+        await self._local(answer, record, api, frame, now, parts)
 
     def _local_slot(self, record: InFlight, api: ApiMetrics, frame: memoryview, now: float) -> Slot:
         slot = Slot(record, api, now, local=True)
@@ -445,6 +497,7 @@ class Connection:
         now: float,
     ) -> None:
         parts.append(frame)
+        self.stats.forwarded += 1
         self.stats.forwarded_bytes += len(frame)
         self.tracker.expect(record)
         if record.expects_response:
@@ -459,15 +512,35 @@ class Connection:
             if self.tap is not None:  # no response will come: the exchange is complete
                 self._observe(Slot(record, api, now, forwarded_at=now, request=frame), None, now)
 
-    async def _send_upstream(self, upstream: trio.abc.Stream, parts: list[bytes | memoryview]) -> None:
+    async def _send_upstream(self, parts: list[bytes | memoryview]) -> None:
         if not parts:
             return
+        upstream = self._upstream
+        if upstream is None:
+            upstream = await self._open_upstream()
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         parts.clear()
         try:
             await upstream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.parts.upstream_failed(f"sending to the broker failed: {exc}", False)
             raise ConnectionClosed("upstream_reset", f"sending to the broker failed: {exc}") from None
+
+    async def _open_upstream(self) -> trio.abc.Stream:
+        """Dial the broker for the first request that must be forwarded.
+
+        A connection that only asks the sidecar (ApiVersions, BrokerMetadata), or never
+        completes a request, costs the broker nothing.
+        """
+        try:
+            upstream = await self.parts.open_upstream()
+        except UpstreamError as exc:
+            self.parts.upstream_failed(str(exc), True)
+            raise ConnectionClosed("upstream_unreachable", str(exc)) from None
+        self._upstream = upstream
+        assert self._nursery is not None
+        self._nursery.start_soon(self._upstream_pump, upstream)
+        return upstream
 
     # -- upstream side -----------------------------------------------------------------
 
@@ -478,9 +551,11 @@ class Connection:
             try:
                 data = await receive(UPSTREAM_RECEIVE_SIZE)
             except (trio.BrokenResourceError, OSError) as exc:
+                self.parts.upstream_failed(f"broker link broke: {exc}", False)
                 raise ConnectionClosed("upstream_reset", str(exc)) from None
             if not data:
                 if self.upstream_slots:
+                    self.parts.upstream_failed("broker closed a link with requests pending", False)
                     raise ConnectionClosed(
                         "upstream_reset",
                         f"broker closed the connection with {len(self.upstream_slots)} request(s) pending",

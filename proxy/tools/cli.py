@@ -5,8 +5,9 @@
 runs the PySpark audit jobs and writes an HTML report (see :mod:`spark_jobs.report`);
 ``ksidecar quotas`` describes and alters per-IP connection quotas over the wire (see :mod:`proxy.tools.quotas_cli`); ``ksidecar users``
 adds, deletes and lists SASL users (see :mod:`proxy.tools.users_cli`).
-Exit codes: 0 on a clean stop (SIGTERM/SIGINT after draining), 2 for a configuration
-error (the message names the key), 1 for anything else.
+Exit codes: 0 on a clean stop (SIGTERM/SIGINT after a complete drain), 2 for a
+configuration error (the message names the key), 3 when the drain abandoned requests (its
+deadline passed, or a second signal came), 1 for anything else.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from spark_jobs import options as audit_options
 
 log = logging.getLogger("ksidecar")
 
+#: Exit code when requests were abandoned at shutdown (drain deadline or second signal).
+EXIT_ABANDONED = 3
+
 
 def _parse_set(items: list[str]) -> dict[str, str]:
     result: dict[str, str] = {}
@@ -36,20 +40,44 @@ def _parse_set(items: list[str]) -> dict[str, str]:
     return result
 
 
-async def run_sidecar(config: SidecarConfig) -> None:
-    """Serve until SIGTERM or SIGINT, then drain and return."""
+async def run_sidecar(config: SidecarConfig) -> int:
+    """Serve until SIGTERM or SIGINT, then drain; the number of requests abandoned.
+
+    A second signal during the drain stops at once; what was still unanswered then is
+    abandoned (counted in the log and in the exit code).
+    """
     from proxy.control.server import Sidecar
 
+    abandoned = 0
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             sidecar: Sidecar = await nursery.start(Sidecar(config).serve)
             async for signum in signals:
-                log.info("received %s: draining (up to %d ms)", signal.Signals(signum).name,
-                         config["sidecar.shutdown.drain.ms"])
-                await sidecar.drain()
-                nursery.cancel_scope.cancel()
+                log.info("received %s: draining (up to %d ms; a second signal stops at once)",
+                         signal.Signals(signum).name, config["sidecar.shutdown.drain.ms"])
                 break
-    log.info("stopped")
+            drained: list[int] = []
+            async with trio.open_nursery() as drain:
+
+                async def run_drain() -> None:
+                    drained.append(await sidecar.drain())
+                    drain.cancel_scope.cancel()
+
+                async def second_signal() -> None:
+                    async for signum in signals:
+                        log.warning("received %s again: stopping now", signal.Signals(signum).name)
+                        drain.cancel_scope.cancel()
+                        return
+
+                drain.start_soon(run_drain)
+                drain.start_soon(second_signal)
+            abandoned = drained[0] if drained else sidecar.unanswered()
+            nursery.cancel_scope.cancel()
+    if abandoned:
+        log.error("stopped; %d request(s) read from clients were abandoned unanswered", abandoned)
+    else:
+        log.info("stopped")
+    return abandoned
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        trio.run(run_sidecar, config)
+        abandoned = trio.run(run_sidecar, config)
     except ConfigError as exc:
         print(f"ksidecar: configuration error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return EXIT_ABANDONED if abandoned else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -80,7 +80,8 @@ async def test_scram_v1_and_plain_v0_through_a_passthrough_sidecar(
         _, metadata = our_decode(await plain.call(3, 1, 2, {"Topics": []}), 3, 1)
         assert [broker.Port for broker in metadata.Brokers] == [port]  # A's address, not B's
         assert principals(a) == ["User:alice", "User:bob"]
-        assert principals(b) == ["User:alice", "User:bob"]
+        # B also holds A's control connection, logged in as alice and kept open (watched).
+        assert principals(b) == ["User:alice", "User:alice", "User:bob"]
         # A wrong password: B refuses, A counts it and keeps the principal anonymous.
         wrong = await Wire.connect("127.0.0.1", port)
         await wrong.call(17, 1, 1, {"Mechanism": "PLAIN"})

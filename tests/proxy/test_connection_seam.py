@@ -26,6 +26,7 @@ from proxy.config.settings import ConnectionSettings
 from proxy.datapath.addressing import StaticAddressBook
 from proxy.datapath.connection import Connection, Parts
 from proxy.datapath.errors import UpstreamError
+from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.rewrite import Rewriter
 from proxy.datapath.routing import Router
@@ -78,6 +79,7 @@ class FakeBroker:
 
     received: list[tuple[float, int]] = field(default_factory=list)
     hold: bool = False
+    stream: trio.abc.Stream | None = None
 
     async def serve(self, stream: trio.abc.Stream) -> None:
         buffer = b""
@@ -91,8 +93,14 @@ class FakeBroker:
                 frame, buffer = buffer[4 : 4 + size], buffer[4 + size :]
                 correlation_id = struct.unpack(">i", frame[4:8])[0]
                 self.received.append((trio.current_time(), correlation_id))
+                self.stream = stream
                 if not self.hold:
-                    await stream.send_all(struct.pack(">ii", 6, correlation_id) + b"\x00\x00")
+                    await self.answer(correlation_id)
+
+    async def answer(self, correlation_id: int) -> None:
+        """Send the answer to one request (for requests received while holding)."""
+        assert self.stream is not None
+        await self.stream.send_all(struct.pack(">ii", 6, correlation_id) + b"\x00\x00")
 
 
 @dataclass
@@ -314,18 +322,113 @@ async def test_backpressure_stops_reading_a_client_that_does_not_read(
 async def test_upstream_unreachable_closes_with_its_reason(autojump_clock: trio.testing.MockClock) -> None:
     registry = ApiRegistry()
     router = Router(registry, LocalApiTable([]), NoUpstreamInfo(), Rewriter(StaticAddressBook({}), "PLAINTEXT"))
+    failures: list[tuple[str, bool]] = []
 
     async def no_broker() -> trio.abc.Stream:
         raise UpstreamError("broker 127.0.0.1:1 unreachable")
 
     metrics = SidecarMetrics(registry)
-    parts = Parts(settings=ConnectionSettings(), registry=registry, router=router, metrics=metrics, open_upstream=no_broker)
+    parts = Parts(settings=ConnectionSettings(), registry=registry, router=router, metrics=metrics,
+                  open_upstream=no_broker, upstream_failed=lambda *why: failures.append(why))
     client, server_side = trio.testing.memory_stream_pair()
     context = Context(listener="PLAINTEXT", peer=("127.0.0.1", 5), ports=Ports(upstream=NoUpstreamInfo(), brokers=NoBrokers()))
+    await client.send_all(request(LIST_OFFSETS, 1, 1))
     await Connection(parts, server_side, context).run()
     assert await client.receive_some(10) == b""
     value = metrics.registry.get_sample_value(
         "ksidecar_connections_closed_total", {"listener": "PLAINTEXT", "reason": "upstream_unreachable"}
     )
     assert value == 1.0
+    assert failures == [("broker 127.0.0.1:1 unreachable", True)]  # readiness is told at once
 
+
+async def test_the_broker_is_dialled_only_for_a_request_it_must_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A connection that only asks the sidecar, or sends half a frame, costs the broker nothing."""
+    dials: list[float] = []
+    got: list[tuple[float, int]] = []
+    async with trio.open_nursery() as nursery:
+        h = await build(nursery, later(0.0))
+        opener = h.connection.parts.open_upstream
+
+        async def counting() -> trio.abc.Stream:
+            dials.append(trio.current_time())
+            return await opener()
+
+        parts = Parts(**{**h.connection.parts.__dict__, "open_upstream": counting})
+        connection = Connection(parts, h.connection.client, h.connection.context)
+        nursery.start_soon(connection.run)
+        await h.client.send_all(request(HEARTBEAT, 0, 1) + request(LIST_OFFSETS, 1, 2)[:7])
+        await read_responses(h.client, 1, got)
+        await trio.sleep(5)
+        assert dials == []
+        await h.client.send_all(request(LIST_OFFSETS, 1, 2)[7:])
+        await read_responses(h.client, 2, got)
+        assert len(dials) == 1
+        assert [cid for _, cid in got] == [1, 2]
+        await h.client.aclose()
+
+
+async def test_drain_stops_at_a_frame_boundary_and_forwards_all_it_read(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Requests read in one chunk before the drain are all forwarded and answered; a partial
+    frame is dropped; the connection half-closes, reads what the client still sends, closes."""
+    broker = FakeBroker()
+    got: list[tuple[float, int]] = []
+    async with trio.open_nursery() as nursery:
+        h = await build(nursery, broker=broker)
+        nursery.start_soon(h.connection.run)
+        broker.hold = True  # nothing is answered yet: every request stays in flight
+        await h.client.send_all(b"".join(request(LIST_OFFSETS, 1, i) for i in range(100))
+                                + request(LIST_OFFSETS, 1, 100)[:9])
+        await trio.testing.wait_all_tasks_blocked()
+        h.connection.stop_reading()
+        assert h.connection.unanswered == 100
+        assert [cid for _, cid in broker.received] == list(range(100))
+        broker.hold = False
+        # The fake broker answers what it receives from now on; answer the held ones too.
+        upstream = h.connection._upstream
+        assert upstream is not None
+        for i in range(100):
+            await broker.answer(i)
+        await read_responses(h.client, 100, got)
+        assert [cid for _, cid in got] == list(range(100))
+        await h.client.send_all(b"late bytes")  # read and discarded, no reset
+        assert await h.client.receive_some(10) == b""  # FIN after the last answer
+        await h.client.aclose()
+
+
+async def test_request_memory_bound_stops_new_reads_until_released(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """queued.max.request.bytes: a half-read large frame holds its whole size; another
+    connection does not start a request until it is released."""
+    memory = RequestMemory(1000)
+    broker = FakeBroker()
+    got: list[tuple[float, int]] = []
+    async with trio.open_nursery() as nursery:
+        a = await build(nursery, broker=broker)
+        parts = Parts(**{**a.connection.parts.__dict__, "memory": memory})
+        first = Connection(parts, a.connection.client, a.connection.context)
+        nursery.start_soon(first.run)
+        big = request(LIST_OFFSETS, 1, 1, b"x" * 5000)
+        await a.client.send_all(big[:3000])
+        await trio.testing.wait_all_tasks_blocked()
+        assert memory.used == len(big)  # the whole frame is reserved, over the bound
+
+        b_client, b_server = trio.testing.memory_stream_pair()
+        second = Connection(parts, b_server, a.connection.context)
+        nursery.start_soon(second.run)
+        await b_client.send_all(request(LIST_OFFSETS, 1, 2))
+        await trio.sleep(10)
+        assert [cid for _, cid in broker.received] == []  # the second connection was not read
+
+        await a.client.send_all(big[3000:])  # the first frame completes and is forwarded
+        await read_responses(a.client, 1, got)
+        await read_responses(b_client, 2, got)
+        assert [cid for _, cid in got] == [1, 2]
+        assert memory.used == 0
+        await a.client.aclose()
+        await b_client.aclose()

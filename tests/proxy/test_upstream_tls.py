@@ -15,7 +15,7 @@ import trustme
 
 from proxy.tools.rig.tansu import TansuServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
-from tests.proxy.wire import Wire, our_decode
+from tests.proxy.wire import Wire, our_decode, request_frame
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +80,8 @@ async def test_untrusted_upstream_certificate_is_refused(
     assert not outer.upstream.healthy
     wire = await Wire.connect("127.0.0.1", outer.bound["PLAINTEXT"].port)
     try:
+        # The broker is dialled for the first request that must be forwarded: it fails.
+        await wire.send(request_frame(3, 1, 1, {"Topics": []}))
         with trio.fail_after(10):
             assert await wire.wait_closed() == b""
     finally:

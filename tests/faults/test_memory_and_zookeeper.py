@@ -1,0 +1,108 @@
+"""Memory under large frames, and the broker list across a ZooKeeper session expiry.
+
+* ``queued.max.request.bytes``: three connections each send most of a 40 MiB frame and
+  stop. Unbounded, the sidecar holds all three (about 117 MiB more RSS); bounded at
+  20 MiB, it holds the one frame it started (the pool goes over for a frame once started,
+  as Kafka's does) and does not read the others.
+* A ZooKeeper session expiry (ZooKeeper stopped with SIGSTOP for longer than the session
+  timeout, then resumed, so it expires the session itself): Metadata through the sidecar
+  names the sidecar's own broker, at its own address, in every answer before, during and
+  after the re-registration.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from proxy.tools.rig.tansu import TansuServer
+from proxy.tools.rig.zookeeper import start_zookeeper
+from tests.faults.support import call, connect, rss_bytes, sidecar_process
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+MIB = 1 << 20
+FRAME = 40 * MIB
+
+
+def held_rss(tmp_path: Path, tansu: TansuServer, name: str, **keys: str) -> int:
+    """RSS growth of a sidecar while three connections each hold FRAME - 1 MiB of a frame."""
+    with sidecar_process(tmp_path, tansu.bootstrap, name, **keys) as sidecar:
+        pid = sidecar.process.pid or 0
+        with connect(sidecar.port) as warm:
+            call(warm, 18, 3, {"ClientSoftwareName": "faults", "ClientSoftwareVersion": "1"})
+        before = rss_bytes(pid)
+        socks = [connect(sidecar.port, timeout=2) for _ in range(3)]
+        chunk = b"\x00" * MIB
+        for sock in socks:
+            sock.setblocking(False)
+            sock.send(struct.pack(">i", FRAME))
+        deadline = time.monotonic() + 20
+        sent = [0, 0, 0]
+        while time.monotonic() < deadline and min(sent) < FRAME - MIB:
+            progressed = False
+            for i, sock in enumerate(socks):
+                if sent[i] >= FRAME - MIB:
+                    continue
+                try:
+                    sent[i] += sock.send(chunk[: FRAME - MIB - sent[i]])
+                    progressed = True
+                except BlockingIOError:
+                    pass
+            if not progressed:
+                time.sleep(0.02)
+        time.sleep(0.5)
+        grown = rss_bytes(pid) - before
+        for sock in socks:
+            sock.close()
+        return grown
+
+
+def test_queued_max_request_bytes_bounds_what_large_frames_hold(
+    tansu: TansuServer, tmp_path: Path
+) -> None:
+    unbounded = held_rss(tmp_path, tansu, "mem-unbounded", **{"queued.max.request.bytes": "-1"})
+    bounded = held_rss(tmp_path, tansu, "mem-bounded", **{"queued.max.request.bytes": str(20 * MIB)})
+    assert unbounded > 100 * MIB, unbounded  # the three frames, as the issue measured
+    assert bounded < 70 * MIB, bounded  # one frame (39 MiB) and the kernel's buffers
+
+
+def test_own_broker_is_listed_across_a_zookeeper_session_expiry(
+    tansu: TansuServer, tmp_path: Path
+) -> None:
+    zk = start_zookeeper(tmp_path, name="zk-expiry")
+    try:
+        with sidecar_process(
+            tmp_path, tansu.bootstrap, "expiry",
+            **{"zookeeper.connect": f"{zk.address}/expiry", "zookeeper.session.timeout.ms": "4000"},
+        ) as sidecar, connect(sidecar.port) as sock:
+            answers: list[list[tuple[int, str, int]]] = []
+
+            def ask(seconds: float) -> None:
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    metadata = call(sock, 3, 1, {"Topics": []}, correlation_id=len(answers))
+                    answers.append([(b.NodeId, b.Host, b.Port) for b in metadata.Brokers])  # type: ignore[attr-defined]
+                    time.sleep(0.02)
+
+            ask(1.0)
+            os.kill(zk.process.pid or 0, signal.SIGSTOP)
+            try:
+                ask(6.0)  # longer than the session timeout
+            finally:
+                os.kill(zk.process.pid or 0, signal.SIGCONT)
+            ask(6.0)  # expiry noticed, re-registration, the watch rebuilt
+            log = sidecar.log_path.read_text()
+        assert "registering /brokers/ids" in log, "the session did not expire: the test proves nothing"
+        mine = answers[0]
+        assert mine and all(entry[1:] == ("127.0.0.1", sidecar.port) for entry in mine if entry[0] == mine[0][0])
+        empty = [i for i, brokers in enumerate(answers) if not brokers]
+        assert not empty, f"{len(empty)} of {len(answers)} Metadata answers named no broker"
+        assert all(mine[0] in brokers for brokers in answers)
+    finally:
+        zk.stop()
