@@ -140,6 +140,21 @@ Install Debian's kcat package (apt-get install --no-install-recommends kcat)."
     command -v kcat >/dev/null 2>&1 || die "installed kcat but it is not on PATH"
 }
 
+# Chromium from Debian's chromium package, headless, for the report's browser test
+# (tests/spark_jobs/test_report_browser.py loads the audit report and takes screenshots).
+# The test starts it itself, with its own fresh profile and no network use of its own.
+ensure_chromium() {
+    if command -v chromium >/dev/null 2>&1; then
+        return 0
+    fi
+    is_root_with_apt || die "chromium is needed (the report's browser test) and was not found. \
+Install Debian's chromium package (apt-get install --no-install-recommends chromium)."
+    say "== installing chromium (Debian's chromium package, for the report's browser test)"
+    apt_install chromium || die "could not install chromium with apt-get"
+    hash -r
+    command -v chromium >/dev/null 2>&1 || die "installed chromium but it is not on PATH"
+}
+
 # The whole set-up: Java, venv, project with the given extras; then the venv comes first on PATH.
 ksidecar_env() {
     ensure_java # first: fail before a long pip install if Java cannot be had

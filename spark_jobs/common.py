@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +27,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from observers.audit_schema import AUDIT_SCHEMA, FETCH_KEY, PARTITION_COLUMNS, PRODUCE_KEY
+from observers.audit_schema import (
+    AUDIT_SCHEMA,
+    FETCH_KEY,
+    PARTITION_COLUMNS,
+    PRODUCE_KEY,
+    VERSION_KEY,
+    check_version,
+)
 from spark_jobs import options
 
 LOCAL_CONF: dict[str, str] = {
@@ -118,19 +127,91 @@ def read_audit(
     since: datetime | None = None,
     until: datetime | None = None,
     sidecars: Sequence[int] | None = None,
+    check: bool = True,
 ) -> DataFrame:
     """The audit rows under ``path`` in ``[since, until)``, seen by ``sidecars`` (all if None).
 
     The schema is given, not inferred (partition columns stay strings, e.g. ``hour=05``), and
-    ``basePath`` makes ``dt``/``hour`` columns even when ``path`` names one partition.
+    ``basePath`` makes ``dt``/``hour`` columns even when ``path`` names one partition. Files
+    of every readable schema version are read with today's schema (columns an older version
+    lacks read as null); with ``check``, the version in each file's metadata is checked
+    first (:func:`schema_versions`).
     """
     df = spark.read.schema(spark_schema()).option("basePath", path).parquet(path)
     df = time_range(df, since, until)
     if sidecars:
         df = df.where(F.col("sidecar_broker_id").isin(list(sidecars)))
+    if check:
+        schema_versions(spark, audit_files(spark, path, since, until))
     return df
 
 
+#: Footers read at once when checking schema versions (each is a small read).
+FOOTER_THREADS = 8
+
+_PARTITION = re.compile(r"/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/[^/]+$")
+
+
+def audit_files(
+    spark: SparkSession, path: str, since: datetime | None = None, until: datetime | None = None
+) -> list[str]:
+    """The data files under ``path`` (hidden ones skipped, as Spark skips them) whose
+    ``dt=…/hour=…`` partition can hold rows of ``[since, until)``."""
+    jvm: Any = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    root = jvm.org.apache.hadoop.fs.Path(path)
+    listing = root.getFileSystem(conf).listFiles(root, True)
+    first = (since.strftime("%Y-%m-%d"), since.strftime("%H")) if since is not None else None
+    last = (until.strftime("%Y-%m-%d"), until.strftime("%H")) if until is not None else None
+    files: list[str] = []
+    while listing.hasNext():
+        uri = str(listing.next().getPath().toString())
+        name = uri.rsplit("/", 1)[-1]
+        if name.startswith((".", "_")):
+            continue
+        found = _PARTITION.search(uri)
+        if found is not None:
+            partition = (found.group(1), found.group(2))
+            if (first is not None and partition < first) or (last is not None and partition > last):
+                continue
+        files.append(uri)
+    return files
+
+
+def schema_versions(spark: SparkSession, files: Sequence[str]) -> dict[int, int]:
+    """How many of ``files`` (audit Parquet) have each schema version; raises
+    :class:`~observers.audit_schema.UnreadableVersion` naming a file whose metadata names a
+    version these jobs do not know (or none).
+
+    Read from each Parquet footer's key-value metadata through Hadoop (any file system
+    Spark reads), a few files at a time: a footer is a small read, but a month of audit
+    is thousands of files.
+    """
+    jvm: Any = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop_path = jvm.org.apache.hadoop.fs.Path
+    input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile
+    reader = jvm.org.apache.parquet.hadoop.ParquetFileReader
+
+    def version(uri: str) -> int:
+        try:
+            opened = reader.open(input_file.fromPath(hadoop_path(uri), conf))
+        except Exception as exc:  # not Parquet: let the read itself say so, as it would
+            if "Py4J" in type(exc).__name__:
+                return -1
+            raise
+        try:
+            value = opened.getFooter().getFileMetaData().getKeyValueMetaData().get(VERSION_KEY)
+        finally:
+            opened.close()
+        return check_version(None if value is None else str(value), uri)
+
+    counts: dict[int, int] = {}
+    with ThreadPoolExecutor(FOOTER_THREADS) as pool:
+        for found in pool.map(version, files):
+            if found >= 0:
+                counts[found] = counts.get(found, 0) + 1
+    return counts
 def extract_audit(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     """:func:`read_audit` with the common options (:func:`spark_jobs.options.add_common`)."""
     return read_audit(spark, args.audit, since=args.since, until=args.until, sidecars=args.sidecars)
@@ -149,6 +230,11 @@ def is_produce() -> Column:
 def is_fetch() -> Column:
     """Fetch rows that name a topic-partition (bytes out)."""
     return (F.col("api_key") == FETCH_KEY) & F.col("topic").isNotNull()
+
+
+def is_inventory() -> Column:
+    """Inventory rows: a topic a Metadata response reported (audit schema version 2)."""
+    return F.col("topic_partitions").isNotNull() & F.col("topic").isNotNull()
 
 
 def sum_where(condition: Column, value: str) -> Column:

@@ -3,10 +3,13 @@
     python -m spark_jobs.report --audit PATH --out DIR [--mirror PATH] [--since T] [--until T]
         [--sidecars 1,2] [--days 7] [--slo-ms 100] …        (also: ksidecar audit report …)
 
-``DIR/data/<job>/`` holds each job's outputs (Parquet, and the cost CSV); ``DIR/index.html``
-with its PNG charts beside it is built from those files with pyarrow and matplotlib alone
-(:func:`render` needs no Spark), links relatively, and opens from a file browser. Without
-``--mirror`` the completeness job is skipped and its section says so.
+``DIR/data/<job>/`` holds each job's outputs (Parquet, and the cost CSV). ``DIR/index.html``
+is built from those files with pyarrow, Altair and vl-convert alone (:func:`render` needs
+no Spark): one self-contained page that works offline (:mod:`spark_jobs.page`) with
+zoomable Vega-Lite charts (:mod:`spark_jobs.charts`), sortable tables, a per-topic and
+per-principal drill-down, and "not enough data" in place of an empty chart; beside it
+``DIR/report.png``, the main charts as one picture for e-mail. Without ``--mirror`` the
+completeness job is skipped and its section says so.
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ import argparse
 import html
 import importlib
 import shutil
-from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import vl_convert as vlc
 
-from spark_jobs import charts, options
+from spark_jobs import charts, options, page
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,12 +37,13 @@ JOBS = ("traffic", "unused_topics", "cost_attribution", "latency_slo", "complete
 
 CHARTS = (
     "traffic_hourly", "top_topics", "requests_by_api", "cost_by_principal",
-    "latency_p99", "slo_share", "completeness",
+    "latency_p99", "slo_share", "long_polls", "completeness",
 )
-"""The PNGs a full report holds (``completeness`` only when a mirror was compared)."""
+"""The charts a full report holds (``completeness`` only when a mirror was compared)."""
 
-TABLES = ("traffic-topics", "traffic-api", "cost", "latency", "unused", "completeness")
-"""The ids of the tables a full report holds."""
+TABLES = ("traffic-topics", "traffic-api", "cost", "latency", "long-polls", "unused",
+          "inventory", "completeness")
+"""The ids of the tables (or their "nothing to show" notes) a full report holds."""
 
 TOP = 15
 MIB = 1024 * 1024
@@ -147,16 +152,17 @@ def _text(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
-def _table(table_id: str, headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
-    )
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _img(name: str, alt: str) -> str:
-    return f'<img id="chart-{name}" src="{name}.png" alt="{html.escape(alt)}">'
+def _num(text: str, value: Any) -> page.Cell:
+    """A cell that sorts by ``value`` (nulls first)."""
+    return page.Cell(text=text, sort="" if value is None else float(value))
+
+
+def _when(value: Any) -> page.Cell:
+    return page.Cell(text=_time(value), sort="" if value is None else _iso(value))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,10 +186,6 @@ def _top(table: pa.Table, by: pa.Array | pa.ChunkedArray, n: int = TOP) -> pa.Ta
     return table.take(order[:n])
 
 
-def _mib(table: pa.Table, name: str) -> list[float]:
-    return [v / MIB for v in _col(table, name)]
-
-
 def _largest(table: pa.Table, key: str, value: str, n: int) -> list[Any]:
     """The ``n`` values of ``key`` with the largest sums of ``value``."""
     sums = _sum(table, [key], [value])
@@ -199,57 +201,53 @@ def _col(table: pa.Table, name: str) -> list[Any]:
 # The page
 
 
-def render(out: Path, *, title: str = "") -> Path:
-    """Build ``out/index.html`` and its charts from the job outputs under ``out/data``."""
+#: Topics the hourly chart keeps apart (the rest are summed as OTHER_TOPICS).
+CHART_TOPICS = 30
+OTHER_TOPICS = "(other topics)"
+EXPORT = "report.png"
+
+
+def render(out: Path, *, title: str = "", export: bool = True) -> Path:
+    """Build ``out/index.html`` from the job outputs under ``out/data`` (and, with
+    ``export``, the static ``out/report.png``)."""
     out.mkdir(parents=True, exist_ok=True)
     data = out / "data"
-    summary: list[tuple[str, str]] = []
-    sections = [
-        _traffic(out, data, summary),
-        _cost(out, data),
-        _latency(out, data, summary),
-        _unused(data, summary),
-        _completeness(out, data, summary),
+    p = page.Page(title=title or "audit report")
+    still: list[charts.Spec] = []
+    p.sections += [
+        _traffic(p, data, still),
+        _cost(p, data),
+        _latency(p, data, still),
+        _unused(p, data),
+        _completeness(p, data),
     ]
-    cards = "".join(
-        f'<div class="card"><div class="value">{html.escape(v)}</div>'
-        f'<div class="label">{html.escape(k)}</div></div>'
-        for k, v in summary
-    )
-    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>ksidecar audit report</title>
-<style>
-body {{ font-family: sans-serif; margin: 2em; color: #222; }}
-.cards {{ display: flex; flex-wrap: wrap; gap: 1em; }}
-.card {{ border: 1px solid #ccc; border-radius: 6px; padding: 0.6em 1em; min-width: 9em; }}
-.value {{ font-size: 1.4em; font-weight: bold; }} .label {{ color: #666; font-size: 0.9em; }}
-table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}
-th, td {{ border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }}
-th {{ background: #f4f4f4; }} td:first-child, th:first-child {{ text-align: left; }}
-img {{ display: block; margin: 1em 0; max-width: 100%; }}
-</style></head>
-<body>
-<h1>ksidecar audit report</h1>
-<p>{html.escape(title)}. Generated {generated}. Data files: <a href="data/">data/</a>.</p>
-<section id="summary"><h2>Summary</h2><div class="cards">{cards}</div></section>
-{"".join(sections)}
-</body></html>
-"""
-    index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
-    return index
+    if export and still:
+        (out / EXPORT).write_bytes(vlc.vegalite_to_png(
+            charts.overview(still, f"ksidecar audit report — {p.title}"), scale=1.5))
+        p.export = EXPORT
+    else:
+        (out / EXPORT).unlink(missing_ok=True)
+    return page.write(out, p, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
 
-def _traffic(out: Path, data: Path, summary: list[tuple[str, str]]) -> str:
+def _hour_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows of ``table`` with ``hour`` as ISO text and ``hour_end`` an hour later."""
+    rows: list[dict[str, Any]] = table.to_pylist()
+    for r in rows:
+        r["hour_end"] = _iso(r["hour"] + timedelta(hours=1))
+        r["hour"] = _iso(r["hour"])
+    return rows
+
+
+def _traffic(p: page.Page, data: Path, still: list[charts.Spec]) -> str:
     topics = _read(data, "traffic", "topics")
     apis = _read(data, "traffic", "api_keys")
     if topics is None or apis is None:
-        return '<section id="traffic"><h2>Traffic</h2><p>No traffic output.</p></section>'
+        return page.section("traffic", "Traffic", '<p class="empty">No traffic output.</p>')
     flows = ["bytes_in", "records_in", "bytes_out", "records_out"]
     totals = {name: pc.sum(topics.column(name)).as_py() or 0 for name in flows}
     requests = pc.sum(apis.column("requests")).as_py() or 0
-    summary += [
+    p.summary += [
         ("bytes in (produced)", _bytes(totals["bytes_in"])),
         ("bytes out (fetched)", _bytes(totals["bytes_out"])),
         ("records in", _int(totals["records_in"])),
@@ -258,161 +256,234 @@ def _traffic(out: Path, data: Path, summary: list[tuple[str, str]]) -> str:
         ("topics with traffic", _int(pc.count_distinct(topics.column("topic")).as_py())),
         ("principals", _int(pc.count_distinct(topics.column("principal")).as_py())),
     ]
-    hourly = _sum(topics, ["hour"], ["bytes_in", "bytes_out"]).sort_by("hour")
-    flow = {"in (produced)": _mib(hourly, "bytes_in"), "out (fetched)": _mib(hourly, "bytes_out")}
-    charts.lines(out / "traffic_hourly.png", "Bytes per hour", _col(hourly, "hour"), flow, "MiB")
-    per_topic = _sum(topics, ["topic"], flows)
-    per_topic = _top(per_topic, pc.add(per_topic.column("bytes_in"), per_topic.column("bytes_out")))
-    charts.bars(out / "top_topics.png", f"Top {TOP} topics by bytes", _col(per_topic, "topic"),
-                {"in": _mib(per_topic, "bytes_in"), "out": _mib(per_topic, "bytes_out")}, "MiB")
+    p.topics.update(t for t in _col(topics, "topic") if t is not None)
+    p.principals.update(_col(topics, "principal"))
+    per_topic = _sum(topics, ["topic", "principal"], ["bytes_in", "bytes_out"])
+    kept = set(_largest(per_topic.append_column(
+        "bytes", pc.add(per_topic.column("bytes_in"), per_topic.column("bytes_out"))),
+        "topic", "bytes", CHART_TOPICS))
+    label = pc.if_else(pc.is_in(topics.column("topic"), pa.array(sorted(kept), pa.string())),
+                       topics.column("topic"), pa.scalar(OTHER_TOPICS))
+    hourly = _sum(topics.set_column(topics.schema.get_field_index("topic"), "topic", label),
+                  ["hour", "topic", "principal"], ["bytes_in", "bytes_out"])
+    flow = [
+        {**r, "direction": direction, "mib": r[column] / MIB}
+        for r in _hour_rows(hourly)
+        for direction, column in (("produced", "bytes_in"), ("fetched", "bytes_out"))
+    ]
+    by_topic = [
+        {"topic": r["topic"], "principal": r["principal"], "direction": direction,
+         "mib": r[column] / MIB}
+        for r in per_topic.to_pylist()
+        for direction, column in (("produced", "bytes_in"), ("fetched", "bytes_out"))
+    ]
     per_api = _sum(apis, ["api_key", "api_name"],
                    ["requests", "request_bytes", "response_bytes", "no_response"])
     per_api = per_api.sort_by([("requests", "descending")])
-    charts.bars(out / "requests_by_api.png", "Requests per API", _col(per_api, "api_name"),
-                {"requests": _col(per_api, "requests")}, "requests")
+    flow_spec = charts.hourly_flow(flow) if flow else None
+    top_spec = charts.top_topics(by_topic, TOP) if by_topic else None
+    if flow:
+        still += [charts.hourly_flow(flow, interactive=False), charts.top_topics(by_topic, TOP)]
+    topic_totals = _sum(topics, ["topic", "principal"], flows)
     topic_rows = [
-        [_text(r["topic"]), _bytes(r["bytes_in"]), _int(r["records_in"]),
-         _bytes(r["bytes_out"]), _int(r["records_out"])]
-        for r in per_topic.to_pylist()
+        page.Row(topic=r["topic"], principal=r["principal"], cells=[
+            _text(r["topic"]), _text(r["principal"]),
+            _num(_bytes(r["bytes_in"]), r["bytes_in"]), _num(_int(r["records_in"]), r["records_in"]),
+            _num(_bytes(r["bytes_out"]), r["bytes_out"]), _num(_int(r["records_out"]), r["records_out"])])
+        for r in topic_totals.sort_by([("bytes_in", "descending")]).to_pylist()
     ]
     api_rows = [
-        [f"{r['api_name']} ({r['api_key']})", _int(r["requests"]), _bytes(r["request_bytes"]),
-         _bytes(r["response_bytes"]), _int(r["no_response"])]
+        page.Row(cells=[
+            f"{r['api_name']} ({r['api_key']})", _num(_int(r["requests"]), r["requests"]),
+            _num(_bytes(r["request_bytes"]), r["request_bytes"]),
+            _num(_bytes(r["response_bytes"]), r["response_bytes"]),
+            _num(_int(r["no_response"]), r["no_response"])])
         for r in per_api.to_pylist()
     ]
-    return (
-        '<section id="traffic"><h2>Traffic</h2>'
-        + _img("traffic_hourly", "bytes produced and fetched per hour")
-        + _img("top_topics", "top topics by bytes")
-        + _table("traffic-topics",
-                 ["topic", "bytes in", "records in", "bytes out", "records out"], topic_rows)
-        + _img("requests_by_api", "requests per API")
-        + _table("traffic-api",
-                 ["API", "requests", "request bytes", "response bytes", "no response"], api_rows)
-        + "</section>"
+    api_spec = charts.bars([{"api": r["api_name"], "requests": r["requests"]} for r in per_api.to_pylist()],
+                           label="api", value="requests", title="Requests per API",
+                           unit="requests") if per_api.num_rows else None
+    return page.section(
+        "traffic", "Traffic",
+        page.chart(p, "traffic_hourly", flow_spec, "bytes per hour"),
+        page.chart(p, "top_topics", top_spec, "the top topics"),
+        '<p class="note">Per topic and principal (click a header to sort; the drill-down '
+        "above filters rows and charts):</p>",
+        page.table("traffic-topics", ["topic", "principal", "bytes in", "records in",
+                                      "bytes out", "records out"], topic_rows,
+                   empty="No Produce or Fetch traffic in the audit read."),
+        page.chart(p, "requests_by_api", api_spec, "requests per API"),
+        page.table("traffic-api", ["API", "requests", "request bytes", "response bytes",
+                                   "no response"], api_rows, empty="No requests in the audit read."),
     )
 
 
-def _cost(out: Path, data: Path) -> str:
+def _cost(p: page.Page, data: Path) -> str:
     shares = _read(data, "cost_attribution", "shares")
     if shares is None:
-        return '<section id="cost"><h2>Cost attribution</h2><p>No output.</p></section>'
+        return page.section("cost", "Cost attribution", '<p class="empty">No output.</p>')
     traffic = pc.add(shares.column("bytes_in"), shares.column("bytes_out"))
     shares = shares.append_column("bytes", traffic)
-    topics = _largest(shares, "topic", "bytes", 8)
-    principals = _largest(shares, "principal", "bytes", 6)
-    lookup = {(r["topic"], r["principal"]): r["bytes"] / MIB for r in shares.to_pylist()}
-    series = {p: [float(lookup.get((t, p), 0)) for t in topics] for p in principals}
-    others = [
-        sum(b for (t2, p), b in lookup.items() if t2 == t and p not in principals) for t in topics
-    ]
-    if any(others):
-        series["others"] = others
-    charts.bars(out / "cost_by_principal.png", "Bytes in + out per topic, by principal", topics,
-                series, "MiB", stacked=True)
+    p.principals.update(_col(shares, "principal"))
+    topics = set(_largest(shares, "topic", "bytes", CHART_TOPICS))
+    principals = set(_largest(shares, "principal", "bytes", 8))
+    stacked: dict[tuple[str, str], float] = {}
+    for r in shares.to_pylist():
+        if r["topic"] in topics:
+            key = (r["topic"], r["principal"] if r["principal"] in principals else "others")
+            stacked[key] = stacked.get(key, 0.0) + r["bytes"] / MIB
+    spec = charts.cost_by_principal(
+        [{"topic": t, "principal": who, "mib": mib} for (t, who), mib in stacked.items()]
+    ) if stacked else None
     rows = [
-        [_text(r["topic"]), _text(r["principal"]),
-         _bytes(r["bytes_in"]), _share(r["share_bytes_in"]),
-         _bytes(r["bytes_out"]), _share(r["share_bytes_out"]),
-         _int(r["requests"]), _share(r["share_requests"])]
-        for r in shares.slice(0, 4 * TOP).to_pylist()
+        page.Row(topic=r["topic"], principal=r["principal"], cells=[
+            _text(r["topic"]), _text(r["principal"]),
+            _num(_bytes(r["bytes_in"]), r["bytes_in"]), _num(_share(r["share_bytes_in"]), r["share_bytes_in"]),
+            _num(_bytes(r["bytes_out"]), r["bytes_out"]), _num(_share(r["share_bytes_out"]), r["share_bytes_out"]),
+            _num(_int(r["requests"]), r["requests"]), _num(_share(r["share_requests"]), r["share_requests"])])
+        for r in shares.to_pylist()[: 20 * TOP]
     ]
-    more = f" (first {4 * TOP} of {shares.num_rows} rows)" if shares.num_rows > 4 * TOP else ""
-    return (
-        '<section id="cost"><h2>Cost attribution</h2>'
-        + _img("cost_by_principal", "bytes per topic by principal")
-        + f'<p>Full table{html.escape(more)}: '
-        + '<a href="data/cost_attribution/cost_attribution.csv">cost_attribution.csv</a>.</p>'
-        + _table("cost", ["topic", "principal", "bytes in", "share in", "bytes out", "share out",
-                          "requests", "share of requests"], rows)
-        + "</section>"
+    more = f" (the page shows {20 * TOP} of {shares.num_rows} rows)" if shares.num_rows > 20 * TOP else ""
+    return page.section(
+        "cost", "Cost attribution",
+        page.chart(p, "cost_by_principal", spec, "bytes per topic by principal"),
+        f'<p class="note">Full table{html.escape(more)}: '
+        '<a href="data/cost_attribution/cost_attribution.csv">cost_attribution.csv</a>.</p>',
+        page.table("cost", ["topic", "principal", "bytes in", "share in", "bytes out",
+                            "share out", "requests", "share of requests"], rows,
+                   empty="No Produce or Fetch traffic to attribute."),
     )
 
 
-def _latency(out: Path, data: Path, summary: list[tuple[str, str]]) -> str:
+def _latency(p: page.Page, data: Path, still: list[charts.Spec]) -> str:
     latency = _read(data, "latency_slo", "latency")
+    polls = _read(data, "latency_slo", "long_polls")
     if latency is None:
-        return '<section id="latency"><h2>Latency</h2><p>No output.</p></section>'
+        return page.section("latency", "Latency and SLO", '<p class="empty">No output.</p>')
     slo = _col(latency, "slo_ms")[0] if latency.num_rows else None
     answered = pc.subtract(latency.column("requests"), latency.column("no_response"))
     latency = latency.append_column("answered", answered)
     over = pc.sum(latency.column("over_slo")).as_py() or 0
     total = pc.sum(answered).as_py() or 0
-    summary.append((f"requests over the {slo:g} ms SLO" if slo else "requests over the SLO",
-                    _share(over / total if total else None)))
+    p.summary.append((f"requests over the {slo:g} ms SLO" if slo else "requests over the SLO",
+                      _share(over / total if total else None)))
     worst = latency.group_by(["hour", "api_name"]).aggregate([("p99_us", "max")])
-    hours = sorted(set(_col(worst, "hour")))
-    by_api: dict[str, dict[datetime, float | None]] = {}
-    for r in worst.to_pylist():
-        p99 = r["p99_us_max"]
-        by_api.setdefault(r["api_name"], {})[r["hour"]] = None if p99 is None else p99 / 1000
-    charts.lines(out / "latency_p99.png", "Worst p99 latency per API (over topics and principals)",
-                 hours, {api: [v.get(h) for h in hours] for api, v in sorted(by_api.items())}, "ms")
+    p99 = [{"hour": _iso(r["hour"]), "api": r["api_name"], "p99_ms": max(r["p99_us_max"], 1) / 1000}
+           for r in worst.to_pylist() if r["p99_us_max"] is not None]
     hourly = _sum(latency, ["hour"], ["over_slo", "answered"]).sort_by("hour")
-    pairs = zip(_col(hourly, "over_slo"), _col(hourly, "answered"), strict=True)
-    share = [o / a if a else None for o, a in pairs]
-    charts.lines(out / "slo_share.png", "Share of requests over the SLO per hour",
-                 _col(hourly, "hour"), {"over SLO": share}, "share")
-    busiest = _top(latency, latency.column("requests"), 2 * TOP)
+    share = [{**r, "share": r["over_slo"] / r["answered"]} for r in _hour_rows(hourly) if r["answered"]]
+    p99_spec = charts.latency_p99(p99, slo) if p99 else None
+    share_spec = charts.hourly_share(share, title="Share of requests over the SLO per hour") if share else None
+    if p99:
+        still += [charts.latency_p99(p99, slo, interactive=False),
+                  charts.hourly_share(share, title="Share of requests over the SLO per hour",
+                                      interactive=False)]
+    breaches = latency.filter(pc.greater(latency.column("over_slo"), 0))
+    breaches = _top(breaches, breaches.column("over_slo"), 20 * TOP)
     rows = [
-        [_time(r["hour"]), _text(r["api_name"]), _text(r["topic"]), _text(r["principal"]),
-         _int(r["requests"]), _ms(r["p50_us"]), _ms(r["p95_us"]), _ms(r["p99_us"]),
-         _share(r["share_over_slo"])]
-        for r in busiest.to_pylist()
+        page.Row(topic=r["topic"], principal=r["principal"], cells=[
+            _when(r["hour"]), _text(r["api_name"]), _text(r["topic"]), _text(r["principal"]),
+            _num(_int(r["requests"]), r["requests"]), _num(_ms(r["p50_us"]), r["p50_us"]),
+            _num(_ms(r["p99_us"]), r["p99_us"]), _num(_int(r["over_slo"]), r["over_slo"]),
+            _num(_share(r["share_over_slo"]), r["share_over_slo"])])
+        for r in breaches.to_pylist()
     ]
-    return (
-        '<section id="latency"><h2>Latency and SLO</h2>'
-        + _img("latency_p99", "worst p99 latency per API per hour")
-        + _img("slo_share", "share of requests over the SLO per hour")
-        + f"<p>The {2 * TOP} busiest groups (hour, API, topic, principal):</p>"
-        + _table("latency", ["hour", "API", "topic", "principal", "requests", "p50", "p95", "p99",
-                             "over SLO"], rows)
-        + "</section>"
-    )
+    parts = [
+        '<p class="note">JoinGroup and SyncGroup are held until their rebalance completes, '
+        "and a Fetch may be held up to its max wait: that waiting is by design, reported "
+        "under Long polls, and not judged. A Fetch is judged on its time beyond its max "
+        "wait (docs/spark_jobs.md).</p>",
+        page.chart(p, "latency_p99", p99_spec, "latency percentiles"),
+        page.chart(p, "slo_share", share_spec, "the share over the SLO"),
+        "<p>Groups (hour, API, topic, principal) with requests over the SLO, most first:</p>",
+        page.table("latency", ["hour", "API", "topic", "principal", "requests", "p50", "p99",
+                               "over SLO", "share over SLO"], rows,
+                   empty="No request exceeded the SLO."),
+    ]
+    if polls is not None:
+        poll_rows = [{"hour": r["hour"], "hour_end": r["hour_end"], "api": r["api_name"],
+                      "principal": r["principal"], "held_p99_ms": (r["held_p99_us"] or 0) / 1000}
+                     for r in _hour_rows(polls)]
+        polls_spec = charts.long_polls(poll_rows) if poll_rows else None
+        table_rows = [
+            page.Row(principal=r["principal"], cells=[
+                _when(r["hour"]), _text(r["api_name"]), _text(r["principal"]),
+                _num(_int(r["requests"]), r["requests"]),
+                _num(_ms(r["held_p50_us"]), r["held_p50_us"]), _num(_ms(r["held_p99_us"]), r["held_p99_us"]),
+                _num(_ms(r["beyond_wait_p99_us"]), r["beyond_wait_p99_us"]),
+                _num(_int(r["max_wait_ms"]), r["max_wait_ms"])])
+            for r in polls.sort_by([("hour", "ascending"), ("api_name", "ascending")]).to_pylist()
+        ]
+        parts += [
+            "<h3>Long polls</h3>",
+            page.chart(p, "long_polls", polls_spec, "long polls"),
+            page.table("long-polls", ["hour", "API", "principal", "requests", "held p50",
+                                      "held p99", "beyond the wait p99", "max wait (ms)"],
+                       table_rows, empty="No Fetch, JoinGroup or SyncGroup requests."),
+        ]
+    return page.section("latency", "Latency and SLO", *parts)
 
 
-def _unused(data: Path, summary: list[tuple[str, str]]) -> str:
+def _unused(p: page.Page, data: Path) -> str:
     topics = _read(data, "unused_topics", "topics")
     if topics is None:
-        return '<section id="unused"><h2>Unused topics</h2><p>No output.</p></section>'
+        return page.section("unused", "Topic inventory and unused topics",
+                            '<p class="empty">No output.</p>')
     unused = topics.filter(pc.field("unused"))
-    summary.append(("unused topics", f"{unused.num_rows:,} of {topics.num_rows:,}"))
-    rows = [
-        [_text(r["topic"]), _time(r["last_produce"]), _time(r["last_fetch"]),
-         "—" if r["idle_days"] is None else f"{r['idle_days']:g}"]
-        for r in unused.to_pylist()
-    ]
-    return (
-        '<section id="unused"><h2>Unused topics</h2>'
-        + _table("unused", ["topic", "last produce", "last fetch", "idle days"], rows)
-        + "</section>"
+    p.summary.append(("unused topics", f"{unused.num_rows:,} of {topics.num_rows:,}"))
+    p.topics.update(_col(topics, "topic"))
+    partitions = topics.column("partitions") if "partitions" in topics.column_names else None
+
+    def row(r: dict[str, Any]) -> page.Row:
+        return page.Row(topic=r["topic"], cells=[
+            _text(r["topic"]), _num(_int(r.get("partitions")), r.get("partitions")),
+            _when(r.get("last_reported")), _when(r["last_produce"]), _when(r["last_fetch"]),
+            _num("—" if r["idle_days"] is None else f"{r['idle_days']:g}", r["idle_days"]),
+            "unused" if r["unused"] else "in use"])
+
+    headers = ["topic", "partitions", "last reported", "last produce", "last fetch",
+               "idle days", "status"]
+    reported = 0 if partitions is None else topics.num_rows - partitions.null_count
+    return page.section(
+        "unused", "Topic inventory and unused topics",
+        f'<p class="note">{reported:,} of {topics.num_rows:,} topics were reported by '
+        "Metadata responses the sidecars saw (the audit's inventory); a topic with no "
+        "Produce or Fetch in the window is unused.</p>",
+        "<h3>Unused topics</h3>",
+        page.table("unused", headers, [row(r) for r in unused.to_pylist()],
+                   empty="Every topic in the inventory was used."),
+        "<h3>Inventory</h3>",
+        page.table("inventory", headers, [row(r) for r in topics.sort_by("topic").to_pylist()],
+                   empty="No topic known: the audit read has no Metadata inventory and no traffic."),
     )
 
 
-def _completeness(out: Path, data: Path, summary: list[tuple[str, str]]) -> str:
+def _completeness(p: page.Page, data: Path) -> str:
     windows = _read(data, "completeness", "windows")
     if windows is None:
-        summary.append(("windows differing from the mirror", "not compared"))
-        return ('<section id="completeness"><h2>Completeness</h2>'
-                "<p>Not run: no mirror audit given (<code>--mirror</code>).</p></section>")
+        p.summary.append(("windows differing from the mirror", "not compared"))
+        return page.section("completeness", "Completeness",
+                            '<p class="empty">Not run: no mirror audit given (<code>--mirror</code>).</p>')
     differ = windows.filter(pc.field("differs"))
-    summary.append(("windows differing from the mirror",
-                    f"{differ.num_rows:,} of {windows.num_rows:,}"))
-    labels = [f"{r['topic']} {_time(r['window_start'])}" for r in differ.slice(0, TOP).to_pylist()]
-    charts.bars(out / "completeness.png", "Records produced: source − mirror, differing windows",
-                labels, {"difference": _col(differ.slice(0, TOP), "difference")}, "records",
-                empty="every window matches")
+    p.summary.append(("windows differing from the mirror",
+                      f"{differ.num_rows:,} of {windows.num_rows:,}"))
+    bars = [{"window": f"{r['topic']} {_time(r['window_start'])}", "topic": r["topic"],
+             "difference": r["difference"]} for r in differ.slice(0, 4 * TOP).to_pylist()]
     rows = [
-        [_text(r["topic"]), _time(r["window_start"]), _time(r["window_end"]),
-         _int(r["source_records"]), _int(r["mirror_records"]), _int(r["difference"])]
+        page.Row(topic=r["topic"], cells=[
+            _text(r["topic"]), _when(r["window_start"]), _when(r["window_end"]),
+            _num(_int(r["source_records"]), r["source_records"]),
+            _num(_int(r["mirror_records"]), r["mirror_records"]),
+            _num(_int(r["difference"]), r["difference"])])
         for r in differ.to_pylist()
     ]
-    return (
-        '<section id="completeness"><h2>Completeness</h2>'
-        + _img("completeness", "records produced, source minus mirror")
-        + _table("completeness", ["topic", "window start", "window end", "source records",
-                                  "mirror records", "difference"], rows)
-        + "</section>"
+    return page.section(
+        "completeness", "Completeness",
+        page.chart(p, "completeness", charts.differences(bars) if bars else None,
+                   "differing windows", empty="Every window matches: nothing to draw."),
+        page.table("completeness", ["topic", "window start", "window end", "source records",
+                                    "mirror records", "difference"], rows,
+                   empty="Every window matches the mirror."),
     )
 
 

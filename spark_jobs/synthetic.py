@@ -8,7 +8,11 @@ to three topic-partitions, one row each, ``first_row`` on the first), :func:`wri
 writes hours under ``dt=YYYY-MM-DD/hour=HH``. The mix is plausible, not a model of any real
 cluster: a few principals and many client ids, skewed topic popularity, a lognormal
 latency, 5% of produces with acks=0 (no response: null error, latency and response size),
-1% of responses with an error. Rows are a function of the seed.
+1% of responses with an error. Consumers long-poll: Fetch requests carry a max wait of
+500 ms and a third of them are held that long; JoinGroup and SyncGroup are held for
+seconds. Each sidecar records the topic inventory once an hour (one Metadata request with
+a row per topic), including :attr:`Shape.idle_topics` topics no one ever uses. Rows are a
+function of the seed.
 """
 
 from __future__ import annotations
@@ -23,19 +27,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from observers.audit_schema import AUDIT_SCHEMA, FETCH_KEY, PRODUCE_KEY
+from observers.audit_schema import AUDIT_SCHEMA, FETCH_KEY, METADATA_KEY, PRODUCE_KEY
+
+JOIN_GROUP_KEY, SYNC_GROUP_KEY = 11, 14
 
 # api key, name, version, share of requests
 _APIS = (
     (PRODUCE_KEY, "Produce", 9, 0.40),
     (FETCH_KEY, "Fetch", 13, 0.40),
-    (3, "Metadata", 12, 0.06),
+    (METADATA_KEY, "Metadata", 12, 0.06),
     (8, "OffsetCommit", 8, 0.06),
-    (12, "Heartbeat", 4, 0.06),
+    (12, "Heartbeat", 4, 0.05),
+    (JOIN_GROUP_KEY, "JoinGroup", 9, 0.005),
+    (SYNC_GROUP_KEY, "SyncGroup", 5, 0.005),
     (18, "ApiVersions", 3, 0.02),
 )
 _LOCAL_KEY = 18  # the sidecar answers ApiVersions itself
 _ERROR_CODE = 6  # NOT_LEADER_OR_FOLLOWER, the usual transient one
+_MAX_WAIT_MS = 500  # what consumers ask a Fetch to wait (fetch.max.wait.ms)
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,13 @@ class Shape:
     principals: int = 8
     clients: int = 40
     sidecars: int = 3
+    #: Topics in the inventory that no request ever touches.
+    idle_topics: int = 10
+
+    def inventory(self) -> list[str]:
+        """Every topic that exists: the used ones, then the idle ones."""
+        return [f"topic-{i:03d}" for i in range(self.topics)] + [
+            f"idle-{i:03d}" for i in range(self.idle_topics)]
 
 
 def _strings(names: Sequence[str], index: np.ndarray, mask: np.ndarray | None = None) -> pa.Array:
@@ -84,6 +100,11 @@ def hour_table(
     acks_choice = np.array([-1, 1, 0], dtype=np.int16)[rng.choice(3, size=n, p=[0.6, 0.35, 0.05])]
     no_response = produce & (acks_choice == 0)
     latency = np.round(rng.lognormal(mean=8.0, sigma=1.0, size=n)).astype(np.int64) + 50
+    fetch = api == FETCH_KEY
+    held = fetch & (rng.random(size=n) < 1 / 3)  # nothing to return: held the whole max wait
+    latency = np.where(held, _MAX_WAIT_MS * 1000 + latency // 10, latency)
+    group_wait = (api == JOIN_GROUP_KEY) | (api == SYNC_GROUP_KEY)
+    latency = np.where(group_wait, rng.integers(200_000, 3_000_000, size=n), latency)
     request_error = rng.random(size=n) < 0.01
 
     row_request = np.repeat(np.arange(n), per_request)
@@ -132,8 +153,34 @@ def hour_table(
         "partition": _nullable(rng.integers(0, shape.partitions, size=total), ~topical_row, pa.int32()),
         "bytes": _nullable(record_bytes, ~topical_row, pa.int64()),
         "records": _nullable(records, ~topical_row, pa.int64()),
+        "topic_partitions": pa.nulls(total, pa.int32()),
+        "max_wait_ms": _nullable(np.full(total, _MAX_WAIT_MS), ~per_row(fetch), pa.int32()),
     }
-    return pa.Table.from_arrays(list(columns.values()), schema=AUDIT_SCHEMA)
+    traffic = pa.Table.from_arrays(list(columns.values()), schema=AUDIT_SCHEMA)
+    return pa.concat_tables([traffic, inventory_table(start, shape, first_request_id + n)])
+
+
+def inventory_table(start: datetime, shape: Shape, first_request_id: int) -> pa.Table:
+    """One Metadata request per sidecar a second into the hour, with an inventory row for
+    every topic of ``shape`` (what the audit writes once an hour)."""
+    topics = shape.inventory()
+    rows: list[dict[str, object]] = []
+    for s in range(shape.sidecars):
+        base = {
+            "time": start + timedelta(seconds=1), "sidecar_broker_id": s + 1,
+            "listener": "PLAINTEXT", "client_host": "10.0.0.1", "client_port": 30_000,
+            "principal": "User:app-00", "client_id": "client-00", "api_key": METADATA_KEY,
+            "api_name": "Metadata", "api_version": 12, "correlation_id": s,
+            "request_id": first_request_id + s, "first_row": True, "error_code": 0,
+            "request_bytes": 60, "response_bytes": 40 * len(topics), "latency_us": 900,
+            "upstream_latency_us": 850, "local": False, "acks": None, "topic": None,
+            "partition": None, "bytes": None, "records": None, "topic_partitions": None,
+            "max_wait_ms": None,
+        }
+        rows.append(base)
+        rows += [{**base, "first_row": False, "topic": t, "topic_partitions": shape.partitions}
+                 for t in topics]
+    return pa.Table.from_pylist(rows, schema=AUDIT_SCHEMA)
 
 
 def partition_dir(root: Path, hour: datetime) -> Path:

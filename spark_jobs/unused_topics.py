@@ -1,23 +1,26 @@
-"""Unused topics: which topics nobody produced to or fetched from for N days.
+"""Unused topics: which topics exist and nobody produced to or fetched from for N days.
 
     python -m spark_jobs.unused_topics --audit PATH --out PATH [--days 7] [--as-of T]
         [--topics a,b] [--inventory FILE] [--since T] [--sidecars 1,2]
 
-The inventory of topics is the union of: the topics named with ``--topics``; the lines of
-``--inventory`` (a text file, one topic a line, any Hadoop-compatible path); every topic
-some Produce or Fetch row names; and the topic of any Metadata row (API key 3) that carries
-one. The audit schema leaves ``topic`` null on Metadata rows today, so a topic nobody
-touches at all is only listed when it is supplied.
+The inventory of topics comes from the audit itself: every topic a Metadata response
+reported (the inventory rows of audit schema version 2: ``topic_partitions`` set, written
+at most once per topic per hour per sidecar), and every topic some Produce or Fetch row
+names. ``--topics`` and ``--inventory`` (a text file, one topic a line, any
+Hadoop-compatible path) may add topics the audit never saw reported, for example from an
+audit of schema version 1, which has no inventory rows.
 
 Any Produce or Fetch row is an access, whatever its error code or byte count: an empty
 fetch still means a consumer reads the topic. The audit is read up to ``--as-of``
 (default ``--until``, else now) and from ``--since`` (default: the whole audit).
 
-Writes the Parquet table ``topics`` under ``--out``, one row per inventory topic: ``topic``,
+Writes the Parquet table ``topics`` under ``--out``, one row per inventory topic:
+``topic``, ``partitions`` (the partition count last reported, null when never reported),
+``last_reported`` (the last inventory row: when a sidecar last saw it exist),
 ``last_produce``, ``last_fetch``, ``last_access`` (null: no access in the audit read),
 ``idle_days`` (days from ``last_access`` to ``as_of``, 2 decimals, null when never
 accessed) and ``unused`` (no access in the ``--days`` days before ``as_of``); unused topics
-first, longest idle first.
+first, longest idle first. One aggregation over the audit, in one pass.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from pyspark.sql import functions as F
 
 from spark_jobs import common, options
 
-METADATA_KEY = 3
 MICROS_PER_DAY = 86_400_000_000
+COLUMNS = (
+    "topic", "partitions", "last_reported", "last_produce", "last_fetch", "last_access",
+    "idle_days", "unused",
+)
 
 
 def as_of(args: argparse.Namespace) -> datetime:
@@ -65,27 +71,35 @@ def extract_inventory(spark: SparkSession, args: argparse.Namespace) -> DataFram
 def transform(
     df: DataFrame, inventory: DataFrame | None, as_of: datetime, days: int
 ) -> DataFrame:
-    """Last produce, fetch and access per inventory topic, idle days at ``as_of``, and whether
-    it went ``days`` days without access."""
-    accessed = df.where(common.is_produce() | common.is_fetch())
-    last = accessed.groupBy("topic").agg(
-        F.max(F.when(common.is_produce(), F.col("time"))).alias("last_produce"),
-        F.max(F.when(common.is_fetch(), F.col("time"))).alias("last_fetch"),
+    """Per topic that exists: its partition count and when it was last reported, its last
+    produce, fetch and access, idle days at ``as_of``, and whether it went ``days`` days
+    without access."""
+    produced, fetched = common.is_produce(), common.is_fetch()
+    reported = common.is_inventory()
+    last_report = F.max(F.when(reported, F.struct("time", "topic_partitions")))
+    per_topic = (
+        df.where(produced | fetched | reported)
+        .groupBy("topic")
+        .agg(
+            last_report.alias("report"),
+            F.max(F.when(produced, F.col("time"))).alias("last_produce"),
+            F.max(F.when(fetched, F.col("time"))).alias("last_fetch"),
+        )
+        .select(
+            "topic", F.col("report.topic_partitions").alias("partitions"),
+            F.col("report.time").alias("last_reported"), "last_produce", "last_fetch",
+        )
     )
-    named = df.where((F.col("api_key") == METADATA_KEY) & F.col("topic").isNotNull())
-    topics = [accessed.select("topic"), named.select("topic")]
     if inventory is not None:
-        topics.append(inventory.select("topic"))
-    everything = reduce(DataFrame.unionByName, topics).distinct()
+        per_topic = per_topic.join(inventory.select("topic").distinct(), "topic", "full_outer")
     last_access = F.greatest("last_produce", "last_fetch")
     idle_us = F.unix_micros(F.lit(as_of)) - F.unix_micros(F.col("last_access"))
     cutoff = as_of - timedelta(days=days)
     return (
-        everything.join(last, "topic", "left")
-        .withColumn("last_access", last_access)
+        per_topic.withColumn("last_access", last_access)
         .withColumn("idle_days", F.round(idle_us / MICROS_PER_DAY, 2))
         .withColumn("unused", F.col("last_access").isNull() | (F.col("last_access") < cutoff))
-        .select("topic", "last_produce", "last_fetch", "last_access", "idle_days", "unused")
+        .select(*COLUMNS)
     )
 
 

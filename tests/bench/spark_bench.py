@@ -114,7 +114,7 @@ def _markdown(
     ]
     for name, times in results:
         lines.append(f"| {name} | {statistics.median(times):.1f} s |")
-    lines.append(f"| report rendering (pyarrow + matplotlib, no Spark) | {statistics.median(render):.2f} s |")
+    lines.append(f"| report rendering (pyarrow + Altair + vl-convert, no Spark) | {statistics.median(render):.2f} s |")
     return "\n".join(lines)
 
 

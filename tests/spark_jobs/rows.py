@@ -18,8 +18,9 @@ from spark_jobs.common import spark_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-PRODUCE, FETCH, METADATA, HEARTBEAT = 0, 1, 3, 12
-NAMES = {PRODUCE: "Produce", FETCH: "Fetch", METADATA: "Metadata", HEARTBEAT: "Heartbeat"}
+PRODUCE, FETCH, METADATA, JOIN_GROUP, HEARTBEAT, SYNC_GROUP = 0, 1, 3, 11, 12, 14
+NAMES = {PRODUCE: "Produce", FETCH: "Fetch", METADATA: "Metadata", JOIN_GROUP: "JoinGroup",
+         HEARTBEAT: "Heartbeat", SYNC_GROUP: "SyncGroup"}
 
 _ids = count(1)
 
@@ -47,8 +48,11 @@ def request(
     request_bytes: int = 100,
     response_bytes: int | None = 50,
     acks: int | None = None,
+    max_wait_ms: int | None = None,
+    inventory: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """The audit rows of one request (see the module docstring)."""
+    """The audit rows of one request (see the module docstring); ``inventory`` (topic →
+    partitions) adds a Metadata request's inventory rows."""
     request_id = next(_ids)
     base: dict[str, Any] = {
         "time": at(time), "sidecar_broker_id": sidecar, "listener": "PLAINTEXT",
@@ -60,7 +64,13 @@ def request(
         "upstream_latency_us": latency_us, "local": False,
         "acks": acks if api_key == PRODUCE else None,
         "topic": None, "partition": None, "bytes": None, "records": None,
+        "topic_partitions": None, "max_wait_ms": max_wait_ms,
     }
+    if inventory:
+        return [base] + [
+            {**base, "first_row": False, "topic": t, "topic_partitions": n, "max_wait_ms": None}
+            for t, n in inventory.items()
+        ]
     if not parts:
         return [base]
     return [

@@ -44,6 +44,6 @@ def test_the_ksidecar_command_does_not_load_spark() -> None:
     code = "import proxy.tools.cli; proxy.tools.cli.main(['audit', 'report', '--help'])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "--mirror" in result.stdout
-    check = "import sys, proxy.tools.cli; print('pyspark' in sys.modules, 'matplotlib' in sys.modules)"
+    check = "import sys, proxy.tools.cli; print('pyspark' in sys.modules, 'altair' in sys.modules)"
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert loaded.stdout.split() == ["False", "False"]
