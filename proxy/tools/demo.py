@@ -1,11 +1,14 @@
 """`python -m proxy.tools.demo`: real Kafka traffic end to end on loopback, then a report.
 
 Starts a real Tansu broker and a real ZooKeeper on free loopback ports (through `proxy.tools.rig`),
-creates a topic, produces records with confluent-kafka (anonymously, on the plaintext
-listener), consumes them in a consumer group with commits as a SCRAM-SHA-256 user created
-in ZooKeeper (on the SASL listener), checks every value arrived, stops everything it
-started (also on Ctrl-C or SIGTERM), then runs the audit report's Spark jobs over the
-audit trail the sidecar wrote and prints a summary and where the HTML report is.
+creates a topic and a second one it never uses, produces records with confluent-kafka
+(anonymously, on the plaintext listener), consumes them in a consumer group with commits
+as a SCRAM-SHA-256 user created in ZooKeeper (on the SASL listener), checks every value
+arrived, stops everything it started (also on Ctrl-C or SIGTERM), then runs the audit
+report's Spark jobs over the audit trail the sidecar wrote and prints a summary and where
+the HTML report is. The report finds both topics in the audit's own inventory (no topic
+list is given) and the second one unused; the consumer group's JoinGroup and its Fetch
+long polls are reported as long polls, not as SLO breaches.
 
 Clients get their bootstrap address from `choose_bootstrap`, which starts a real
 `ksidecar run` process in front of the broker (registered in ZooKeeper) and returns its
@@ -74,6 +77,16 @@ class DemoResult:
     audit_rows: int = 0
     audited_in: dict[str, int] = field(default_factory=dict)
     audited_out: dict[str, int] = field(default_factory=dict)
+    #: The topic the demo creates and never uses.
+    idle_topic: str = ""
+    #: What the report's unused_topics job says, with no topic list supplied: topic →
+    #: partitions from the audit's inventory, and the unused ones.
+    inventory: dict[str, int | None] = field(default_factory=dict)
+    unused: tuple[str, ...] = ()
+    #: APIs the report's SLO table judges and finds over the SLO, and the long polls it
+    #: reports apart (held by design, not judged).
+    slo_breaches: tuple[str, ...] = ()
+    long_polls: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -83,7 +96,12 @@ class DemoResult:
             self.audited_in == {ANONYMOUS: self.produced}
             and self.audited_out.get(self.reader, 0) >= self.consumed
         )
-        return moved and audited and bool(self.report)
+        inventoried = (
+            self.inventory.get(self.topic) == self.partitions
+            and self.idle_topic in self.unused and self.topic not in self.unused
+        )
+        held = not {"JoinGroup", "SyncGroup"} & set(self.slo_breaches)
+        return moved and audited and inventoried and held and bool(self.report)
 
 
 @dataclass(frozen=True)
@@ -294,6 +312,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
     began = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     topic, group = f"demo-{suffix}", f"demo-group-{suffix}"
+    idle_topic = f"demo-idle-{suffix}"
     values = [f"record-{i:06d}".encode() for i in range(records)]
     audit_dir = work_dir / "audit"
     with ExitStack() as stack:
@@ -304,6 +323,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
         clients = choose_bootstrap(broker, zookeeper, stack, audit_dir)
 
         create_topic(clients.plaintext, topic, partitions)
+        create_topic(clients.plaintext, idle_topic, 1)  # never produced to nor fetched from
         produced = produce(clients.plaintext, topic, values)
         login = {
             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
@@ -331,6 +351,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
             elapsed=0.0,
             reader=f"User:{READER}",
             audit_dir=str(audit_dir),
+            idle_topic=idle_topic,
         )
     # The sidecar has stopped: its audit files are complete. Now the Spark report.
     print("ksidecar demo: traffic done; running the audit report's Spark jobs", flush=True)
@@ -355,9 +376,17 @@ def audit_report(result: DemoResult, out: Path, began: float) -> DemoResult:
         for totals, column in ((audited_in, "records_in"), (audited_out, "records_out")):
             if row[column]:
                 totals[row["principal"]] = totals.get(row["principal"], 0) + int(row[column])
+    topics = pq.read_table(out / "data" / "unused_topics" / "topics").to_pylist()
+    latency = pq.read_table(out / "data" / "latency_slo" / "latency")
+    breaches = latency.filter(pc.greater(latency["over_slo"], 0))
+    polls = pq.read_table(out / "data" / "latency_slo" / "long_polls")
     return replace(
         result, report=str(page), audit_rows=audit_rows, audited_in=audited_in,
         audited_out=audited_out, elapsed=time.monotonic() - began,
+        inventory={r["topic"]: r["partitions"] for r in topics},
+        unused=tuple(r["topic"] for r in topics if r["unused"]),
+        slo_breaches=tuple(sorted(set(breaches["api_name"].to_pylist()))),
+        long_polls=tuple(sorted(set(polls["api_name"].to_pylist()))),
     )
 
 
@@ -381,6 +410,12 @@ def summary(result: DemoResult) -> str:
         ("quota", result.quota),
         ("audit", f"{result.audit_rows} rows in {result.audit_dir}"),
         ("traffic", _traffic_line(result)),
+        ("inventory", ", ".join(f"{t} ({n} partitions)" for t, n in sorted(result.inventory.items()))
+         + " (from the audit's Metadata rows; no list supplied)"),
+        ("unused", ", ".join(result.unused) or "none"),
+        ("SLO", ("over the SLO: " + ", ".join(result.slo_breaches) if result.slo_breaches
+                 else "no API over the SLO")
+         + f"; long polls held by design, not judged: {', '.join(result.long_polls) or 'none'}"),
         ("report", result.report or "not written"),
         ("elapsed", f"{result.elapsed:.1f} s"),
         ("result", "OK" if result.ok else "FAILED"),

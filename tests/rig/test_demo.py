@@ -38,6 +38,21 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     page = Path(result.report)
     assert page.name == "index.html" and page.is_relative_to(tmp_path)
     assert 'id="chart-' in page.read_text()
+    # The audit's own inventory, no list supplied: both topics, the idle one unused.
+    assert result.inventory[result.topic] == 2 and result.inventory[result.idle_topic] == 1
+    assert result.idle_topic in result.unused and result.topic not in result.unused
+    # The group's JoinGroup and SyncGroup are long polls, not SLO breaches.
+    assert "JoinGroup" in result.long_polls and "Fetch" in result.long_polls
+    assert not {"JoinGroup", "SyncGroup"} & set(result.slo_breaches)
+    # The page opens in a real browser, offline, without an error (screenshots beside it).
+    from tests.spark_jobs.browser import chromium, launch, load
+
+    binary = chromium()
+    if binary is not None:
+        with launch(binary) as browser:
+            visit = load(browser, page, shots={"demo": None})
+        assert visit.errors == [] and visit.requests == []
+        assert (page.parent / "screenshot-demo.png").is_file()
     assert (tmp_path / "tansu-broker.log").read_text().count("tansu broker 0.6.0") == 1
     assert "binding to port /127.0.0.1:" in (tmp_path / "zookeeper.log").read_text()
     for address in (result.broker, result.bootstrap, result.sasl_bootstrap, result.zookeeper.removesuffix("/ksidecar")):
