@@ -221,6 +221,25 @@ def parse_ip_counts(key: str, value: str) -> dict[str, int]:
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
+ASSIGNORS = ("uniform", "range")
+
+
+def parse_assignors(key: str, value: str) -> tuple[str, ...]:
+    """``uniform,range`` → the assignor names (no repeats; at least one)."""
+    names: list[str] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        if item not in ASSIGNORS:
+            raise ConfigError(f"{key}={value!r}: {item!r} is not an assignor the sidecar has "
+                              f"(allowed: {', '.join(ASSIGNORS)})")
+        if item not in names:
+            names.append(item)
+    if not names:
+        raise ConfigError(f"{key}={value!r}: name at least one of {', '.join(ASSIGNORS)}")
+    return tuple(names)
+
+
 def parse_mechanisms(key: str, value: str) -> tuple[str, ...]:
     """``PLAIN,SCRAM-SHA-256`` → the mechanism names (upper case, no repeats)."""
     names: list[str] = []
@@ -344,6 +363,46 @@ KEYS: tuple[Key, ...] = (
         "What to do with a request whose API key or version neither the sidecar nor the broker "
         "supports: `respond` (KIP-35: a response holding only the correlation id, connection "
         "kept) or `close` (as a Kafka broker does).", _choice("respond", "close"), "respond|close"),
+    Key("sidecar.coordinator", "enum", "passthrough",
+        "Who coordinates consumer groups: `passthrough` forwards every group API to the broker; "
+        "`embedded` answers them in the sidecar (classic and KIP-848 protocols, offsets in "
+        "ZooKeeper under `/consumers`, docs/coordinator.md). `embedded` needs `zookeeper.connect`.",
+        _choice("passthrough", "embedded"), "passthrough|embedded"),
+    Key("sidecar.coordinator.metadata.refresh.ms", "int", "10000",
+        "Embedded coordinator: how often it asks the broker for the partition counts of the "
+        "topics its groups subscribe to (also at once when a subscription changes); a new "
+        "partition rebalances the KIP-848 groups that use the topic.", _int(100), ">= 100"),
+    Key("group.min.session.timeout.ms", "int", "6000",
+        "Embedded coordinator: the smallest session timeout a classic member may ask for "
+        "(else INVALID_SESSION_TIMEOUT).", _int(1), ">= 1"),
+    Key("group.max.session.timeout.ms", "int", "1800000",
+        "Embedded coordinator: the largest session timeout a classic member may ask for.",
+        _int(1), ">= 1"),
+    Key("group.initial.rebalance.delay.ms", "int", "3000",
+        "Embedded coordinator: how long the first rebalance of an empty classic group waits for "
+        "more members to join.", _int(0), ">= 0"),
+    Key("group.max.size", "int", _NO_LIMIT,
+        "Embedded coordinator: most members of a classic group (GROUP_MAX_SIZE_REACHED past it).",
+        _int(1), ">= 1"),
+    Key("group.consumer.heartbeat.interval.ms", "int", "5000",
+        "Embedded coordinator: the heartbeat interval KIP-848 members are told to use.",
+        _int(1), ">= 1"),
+    Key("group.consumer.session.timeout.ms", "int", "45000",
+        "Embedded coordinator: a KIP-848 member without a heartbeat for this long is fenced.",
+        _int(1), ">= 1"),
+    Key("group.consumer.assignors", "list", "uniform,range",
+        "Embedded coordinator: server-side assignors for KIP-848 groups, the first the default "
+        "(others: UNSUPPORTED_ASSIGNOR).", parse_assignors, "uniform, range"),
+    Key("group.consumer.max.size", "int", _NO_LIMIT,
+        "Embedded coordinator: most members of a KIP-848 group.", _int(1), ">= 1"),
+    Key("offsets.retention.minutes", "int", "10080",
+        "Embedded coordinator: committed offsets of a group that has been empty this long are "
+        "deleted (KIP-211).", _int(1), ">= 1"),
+    Key("offsets.retention.check.interval.ms", "int", "600000",
+        "Embedded coordinator: how often expired offsets are looked for.", _int(1), ">= 1"),
+    Key("offset.metadata.max.bytes", "int", "4096",
+        "Embedded coordinator: longest metadata string an OffsetCommit may carry "
+        "(OFFSET_METADATA_TOO_LARGE past it).", _int(0), ">= 0"),
     Key("sidecar.broker.metadata.api.key", "int", "10035",
         "API key of the BrokerMetadata request (seed 002); above Kafka's keys (0-92 in Kafka 4.1).",
         _int(93, 32767), "93-32767"),
@@ -610,6 +669,16 @@ def _cross_check(values: dict[str, Any]) -> None:
         raise ConfigError("sidecar.address.mapping=static needs sidecar.address.map (id=host:port,...)")
     if values["sidecar.address.mapping"] == "zookeeper" and not values["zookeeper.connect"]:
         raise ConfigError("sidecar.address.mapping=zookeeper needs zookeeper.connect")
+    if values["sidecar.coordinator"] == "embedded" and not values["zookeeper.connect"]:
+        raise ConfigError(
+            "sidecar.coordinator=embedded needs zookeeper.connect (groups and offsets live in "
+            "ZooKeeper); set it, or use sidecar.coordinator=passthrough"
+        )
+    if values["group.min.session.timeout.ms"] > values["group.max.session.timeout.ms"]:
+        raise ConfigError(
+            f"group.min.session.timeout.ms={values['group.min.session.timeout.ms']} is above "
+            f"group.max.session.timeout.ms={values['group.max.session.timeout.ms']}"
+        )
     if values["sidecar.upstream.sasl.mechanism"] and not values["sidecar.upstream.sasl.username"]:
         raise ConfigError("sidecar.upstream.sasl.mechanism is set but sidecar.upstream.sasl.username is empty")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.settings import CoordinatorSettings
 from proxy.config.keys import SidecarConfig
 
 
@@ -76,3 +77,20 @@ class SaslSettings:
             failure_delay=config["connection.failed.authentication.delay.ms"] / 1000,
             plain_users_file=config["sidecar.sasl.plain.users.file"],
         )
+
+
+def coordinator_settings(config: SidecarConfig) -> CoordinatorSettings:
+    """The embedded coordinator's settings (Kafka's ``group.*`` / ``offsets.*`` keys)."""
+    return CoordinatorSettings(
+        min_session_timeout_ms=config["group.min.session.timeout.ms"],
+        max_session_timeout_ms=config["group.max.session.timeout.ms"],
+        initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+        max_size=config["group.max.size"],
+        consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+        consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
+        consumer_assignors=tuple(config["group.consumer.assignors"]),
+        consumer_max_size=config["group.consumer.max.size"],
+        offsets_retention_minutes=config["offsets.retention.minutes"],
+        offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+        offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+    )

@@ -19,9 +19,15 @@ from prometheus_client import CollectorRegistry
 from protocol.apis import PRODUCE, ApiRegistry
 from proxy.auth.gate import Gate, ListenerAuth
 from proxy.config import Endpoint, HostPort, SidecarConfig
-from proxy.config.settings import ConnectionSettings, SaslSettings, queued_max_request_bytes
+from proxy.config.settings import (
+    ConnectionSettings,
+    SaslSettings,
+    coordinator_settings,
+    queued_max_request_bytes,
+)
 from proxy.control.acceptor import serve_listener
 from proxy.control.gate_config import gate_config
+from proxy.control.groups import GroupService
 from proxy.control.http import serve_http
 from proxy.control.observing import load_hub, run_hub
 from proxy.control.quota_metrics import register_quota_metrics
@@ -111,11 +117,21 @@ class Sidecar:
         register_quota_metrics(self.metrics.registry, self.gate, [e.name for e in config.listeners])
         #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
         self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id)
+        #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
+        self.groups: GroupService | None = None
+        if config["sidecar.coordinator"] == "embedded":
+            assert self.zk is not None  # the key table refuses embedded without ZooKeeper
+            self.groups = GroupService(
+                coordinator_settings(config), self.zk, self.upstream, self.coordinator_address,
+                self.metrics.registry,
+                refresh_interval=config["sidecar.coordinator.metadata.refresh.ms"] / 1000,
+            )
         self.ports = Ports(
             upstream=self.upstream,
             brokers=self,
             quotas=self.ip_quotas,
             users=self.users if self._owns_scram_users() else None,
+            groups=self.groups,
             super_users=config["super.users"],
         )
         self.connection_settings = ConnectionSettings.from_config(config)
@@ -155,6 +171,11 @@ class Sidecar:
     def advertised_endpoints(self) -> list[Endpoint]:
         """Every advertised endpoint, in listener order."""
         return [self.advertised(e.name) for e in self.config.listeners]
+
+    def coordinator_address(self, listener: str) -> tuple[int, str, int]:
+        """``(node id, host, port)`` clients on ``listener`` are told for groups: this sidecar."""
+        mine = self.advertised(listener)
+        return self.broker_id, mine.host, mine.port
 
     def security_protocol(self, listener: str) -> str:
         """The security protocol of ``listener``."""
@@ -264,7 +285,9 @@ class Sidecar:
             )
             sasl = SaslApis(auth) if auth.terminating else None
         table = build_table(
-            self.registry, TableSpec(sasl=sasl, scram_credentials=self.ports.users is not None)
+            self.registry,
+            TableSpec(sasl=sasl, scram_credentials=self.ports.users is not None,
+                      groups=self.groups is not None),
         )
         rewriter = Rewriter(OwnAddressFirst(self, self.address_book), listener, self._unmapped)
         router = Router(self.registry, table, self.upstream, rewriter,
@@ -337,6 +360,8 @@ class Sidecar:
                     await self.users.start()
                     assert self.registration is not None
                     await nursery.start(self.registration.run)
+                    if self.groups is not None:
+                        await nursery.start(self.groups.serve)
                 metrics_at: HostPort | None = self.config["sidecar.metrics.listener"]
                 if metrics_at is not None:
                     self.metrics_address = await nursery.start(serve_http, self, metrics_at)
@@ -348,9 +373,11 @@ class Sidecar:
                         run_hub, self.observers, self.config["observer.close.timeout.ms"] / 1000
                     )
                 log.info(
-                    "sidecar broker.id=%d listening on %s, upstream %s%s", self.broker_id,
+                    "sidecar broker.id=%d listening on %s, upstream %s%s%s", self.broker_id,
                     ", ".join(f"{n}://{a}" for n, a in self.bound.items()), self.upstream.address,
                     "" if self.zk is not None else " (standalone: no ZooKeeper)",
+                    "; consumer groups: embedded coordinator" if self.groups is not None
+                    else "; consumer groups: passed through to the broker",
                 )
                 task_status.started(self)
         finally:

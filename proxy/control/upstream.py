@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import ssl
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import construct as c
 import trio
 
+from coordinator.topics import TopicInfo
 from protocol.apis import (
     API_VERSIONS,
     DEFAULT_REGISTRY,
@@ -245,6 +247,34 @@ class Upstream:
         )
         return brokers, body.get("ClusterId")
 
+    async def topics(self, names: set[str] | None) -> list[TopicInfo]:
+        """The broker's topics and partition counts (``names`` only, or all): a Metadata
+        request on a connection of its own (the embedded coordinator's refresh)."""
+        info = self.info
+        if info is None:
+            raise UpstreamError(f"broker {self.address} not reached yet")
+        ours = self.registry.api(METADATA).versions
+        lo, hi = info.api_versions.get(METADATA, (0, -1))
+        version = min(hi, ours.hi if ours.hi is not None else hi)
+        if version < max(lo, ours.lo):
+            raise UpstreamError("broker and sidecar share no Metadata version")
+        topics = None if names is None else [{"Name": name} for name in sorted(names)]
+        stream = await self.connect()
+        try:
+            with trio.fail_after(self.connect_timeout):
+                if self.login is not None:
+                    await self._api_versions(stream)
+                    await self._log_in(stream, self.login)
+                body = await self.call(stream, METADATA, version,
+                                       {"Topics": topics, "AllowAutoTopicCreation": False})
+        except trio.TooSlowError:
+            raise UpstreamError(f"broker {self.address} did not answer Metadata in time") from None
+        except (ProtocolError, trio.BrokenResourceError, OSError) as exc:
+            raise UpstreamError(f"broker {self.address} Metadata failed: {exc}") from None
+        finally:
+            await trio.aclose_forcefully(stream)
+        return topic_infos(body)
+
     def _own_node_id(self, brokers: tuple[BrokerAddress, ...]) -> int | None:
         for broker in brokers:
             if broker.host == self.address.host and broker.port == self.address.port:
@@ -301,3 +331,23 @@ class Upstream:
         if not data:
             log.info("upstream %s closed the control connection; re-checking", self.address)
         scope.cancel()
+
+
+#: Topic ids of topics a broker names without one (Metadata below v10): stable per name.
+_NAMESPACE = uuid.UUID("6b9f3c3e-5c1a-4a56-9a0f-2f0e4b4d8c11")
+
+
+def topic_infos(body: Any) -> list[TopicInfo]:
+    """Topics of a decoded Metadata response (ids made up from names where absent)."""
+    found = []
+    for topic in body["Topics"]:
+        if topic["ErrorCode"] or topic["Name"] is None:
+            continue
+        raw = topic.get("TopicId")
+        topic_id = uuid.UUID(bytes=bytes(raw)) if isinstance(raw, (bytes, bytearray)) else (
+            raw if isinstance(raw, uuid.UUID) else uuid.uuid5(_NAMESPACE, topic["Name"]))
+        if topic_id.int == 0:
+            topic_id = uuid.uuid5(_NAMESPACE, topic["Name"])
+        found.append(TopicInfo(name=topic["Name"], topic_id=topic_id, partitions=len(topic["Partitions"])))
+    return found
+

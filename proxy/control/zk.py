@@ -75,6 +75,7 @@ class ZooKeeper:
         self.client = make_client(connect, session_timeout)
         self._token: trio.lowlevel.TrioToken | None = None
         self._subscribers: list[trio.MemorySendChannel[str]] = []
+        self._closing = False
 
     async def start(self) -> None:
         """Create the chroot, open the session, and start forwarding state changes."""
@@ -123,6 +124,8 @@ class ZooKeeper:
         return receive
 
     def _state_changed(self, state: str) -> None:
+        if self._closing:
+            return
         log.log(logging.WARNING if state != KazooState.CONNECTED else logging.INFO,
                 "ZooKeeper session %s", state.lower())
         for send in list(self._subscribers):
@@ -133,6 +136,7 @@ class ZooKeeper:
 
     async def close(self) -> None:
         """End the session (its ephemeral nodes go with it)."""
+        self._closing = True
         for send in self._subscribers:
             send.close()
         with trio.CancelScope(shield=True):

@@ -30,7 +30,7 @@ FEATURE_FIELDS = ("SupportedFeatures", "FinalizedFeaturesEpoch", "FinalizedFeatu
 def advertised_ranges(
     registry: ApiRegistry,
     upstream: Mapping[int, tuple[int, int]] | None,
-    local_keys: Iterable[int],
+    local_keys: Iterable[int] | Mapping[int, tuple[int, int]],
 ) -> list[tuple[int, int, int]]:
     """``[(key, min, max)]``: upstream ∩ parseable, plus the locally answered keys.
 
@@ -38,12 +38,14 @@ def advertised_ranges(
     offered; a request the broker then refuses is answered as unsupported.
     """
     result: dict[int, tuple[int, int]] = {}
-    local = set(local_keys)
+    # A mapping gives each local API's served range; a plain set of keys serves all we parse.
+    local = dict(local_keys) if isinstance(local_keys, Mapping) else {key: None for key in local_keys}
     for api in registry:
         ours_lo, ours_hi = api.versions.lo, api.versions.hi
         assert ours_hi is not None
         if api.key in local:
-            result[api.key] = (ours_lo, ours_hi)
+            served = local[api.key]
+            result[api.key] = served if served is not None else (ours_lo, ours_hi)
             continue
         if upstream is None:
             result[api.key] = (ours_lo, ours_hi)
@@ -99,7 +101,7 @@ class ApiVersionsApi:
     upstream's ``info``, replaced whole on each refresh): built once, reused (bounded).
     """
 
-    def __init__(self, registry: ApiRegistry, served: Callable[[], Iterable[int]]) -> None:
+    def __init__(self, registry: ApiRegistry, served: Callable[[], Mapping[int, tuple[int, int]]]) -> None:
         self.registry = registry
         self._served = served
         self._info: object = None

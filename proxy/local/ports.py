@@ -9,10 +9,14 @@ importing one another.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
+import trio
+
+from coordinator.core import GroupCoordinator
+from coordinator.outcome import Response, Step
 from proxy.auth.sasl.scram import ScramCredential
 from quotas.admin import Write
 
@@ -104,6 +108,52 @@ class UserDirectory(Protocol):
         ...
 
 
+T = TypeVar("T")
+
+
+class Pending(Generic[T]):
+    """An answer the group coordinator holds back (a parked JoinGroup, an OffsetCommit
+    waiting for ZooKeeper); the local API awaits it as an answer-later."""
+
+    __slots__ = ("_done", "_value")
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._value: T | None = None
+
+    def set(self, value: T) -> None:
+        """Deliver the answer (at most once)."""
+        if not self._done.is_set():
+            self._value = value
+            self._done.set()
+
+    async def wait(self) -> T:
+        """The answer, once delivered."""
+        await self._done.wait()
+        assert self._value is not None
+        return self._value
+
+
+#: A call into the coordinator core: ``(core, now in ms since the epoch) -> Step``.
+GroupCall = Callable[[GroupCoordinator, int], "Step[Any]"]
+
+
+class GroupPort(Protocol):
+    """The embedded consumer-group coordinator (:mod:`coordinator`), as local APIs reach it."""
+
+    def run(self, call: GroupCall) -> Response | Pending[Response]:
+        """Run ``call`` on the core: its answer now, or a :class:`Pending` one."""
+        ...
+
+    def coordinator_address(self, listener: str) -> tuple[int, str, int]:
+        """``(node id, host, port)`` this sidecar advertises on ``listener``."""
+        ...
+
+    def subscriptions_changed(self) -> None:
+        """A KIP-848 member changed its subscription: refresh topic metadata soon."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class Ports:
     """Everything a local API may reach; ``None`` where this sidecar has no such part."""
@@ -112,4 +162,6 @@ class Ports:
     brokers: BrokerDirectory
     quotas: QuotaPort | None = None
     users: UserDirectory | None = None
+    #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
+    groups: GroupPort | None = None
     super_users: frozenset[str] = frozenset()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.apis import ApiRegistry
-from proxy.local import broker_metadata, client_quotas, scram_credentials
+from proxy.local import broker_metadata, client_quotas, groups, scram_credentials
 from proxy.local.api import LocalApi, LocalApiTable
 from proxy.local.api_versions import ApiVersionsApi
 from proxy.local.sasl import SaslApis
@@ -23,6 +23,8 @@ class TableSpec:
     sasl: SaslApis | None = None
     #: Describe/AlterUserScramCredentials (the sidecar owns the SCRAM users).
     scram_credentials: bool = False
+    #: The group APIs (``sidecar.coordinator=embedded``).
+    groups: bool = False
 
 
 def build_table(registry: ApiRegistry, spec: TableSpec) -> LocalApiTable:
@@ -36,5 +38,7 @@ def build_table(registry: ApiRegistry, spec: TableSpec) -> LocalApiTable:
         served.extend(scram_credentials.entries(registry))
     if spec.sasl is not None:
         served.extend(spec.sasl.entries(registry))
+    if spec.groups:
+        served.extend(groups.entries(registry))
     table = LocalApiTable(served, raw_token=spec.sasl.raw_token if spec.sasl is not None else None)
     return table

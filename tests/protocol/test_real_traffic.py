@@ -44,9 +44,9 @@ from protocol.headers import decode_request_header, decode_response_header, peek
 from protocol.records import summarize
 from protocol.schema import decode, decode_interpreted, decode_prefix, encode
 from protocol.spec import MessageSpec
-from proxy.rig.ports import LOOPBACK
-from proxy.rig.process import ManagedProcess, start_on_port
-from proxy.rig.tansu import api_versions, find_tansu
+from proxy.tools.rig.ports import LOOPBACK
+from proxy.tools.rig.process import ManagedProcess, start_on_port
+from proxy.tools.rig.tansu import api_versions, find_tansu
 from tests.protocol.strategies import plain
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -396,7 +396,7 @@ def exchanges(connection: Connection) -> Iterator[Exchange]:
         correlation_id = peek_correlation_id(frame)
         if correlation_id in silent and correlation_id != _head_id(tracker):
             # Tansu answers Produce with acks=0, which Kafka never does; the sidecar copes
-            # (proxy/connection.py), and the answer must still decode.
+            # (proxy/datapath/connection.py), and the answer must still decode.
             record = silent.pop(correlation_id)
         else:
             record = tracker.on_response(frame)

@@ -188,7 +188,7 @@ def test_broker_metadata_v0_bytes() -> None:
     assert body == h("00000001" "00000007" "0001 68" "00000009" "00000000") + pmax + h(
         "00000001" "0001 61" "0001 62"
     )
-    assert int.from_bytes(pmax, "big") > 300  # every (API, version) pair we parse
+    assert int.from_bytes(pmax, "big") > 250  # every (API, version) pair we parse (298 with Kafka 4.1.0)
 
 
 def test_broker_metadata_v1_bytes() -> None:

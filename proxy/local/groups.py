@@ -1,0 +1,172 @@
+"""The group APIs, answered by the embedded coordinator (``sidecar.coordinator=embedded``).
+
+Each API is a thin adapter: the connection decodes the body with the API's schema, the
+request becomes the coordinator's typed request (``XRequest.from_wire``), the core is
+called through the :class:`~proxy.local.ports.GroupPort`, and its typed answer is encoded
+(``to_wire``). An answer the core holds back (a JoinGroup parked for its rebalance, a
+SyncGroup waiting for the leader, an OffsetCommit waiting for ZooKeeper) becomes an
+answer-later: the pump reads on, and the slot is filled when the core answers.
+
+FindCoordinator is taken only for group keys (KeyType 0); transaction coordinators are
+the broker's, and such a request is forwarded (and its answer's address rewritten).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.core import SERVED_API_VERSIONS, GroupCoordinator
+from coordinator.messages.admin import (
+    KEY_TYPE_GROUP,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    ListGroupsRequest,
+)
+from coordinator.messages.classic import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+)
+from coordinator.messages.common import Client
+from coordinator.messages.consumer import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
+from coordinator.messages.offsets import (
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    TxnOffsetCommitRequest,
+)
+from coordinator.outcome import Response, Step
+from protocol.apis import ApiRegistry
+from protocol.headers import RequestHeader
+from protocol.schema import decode
+from proxy.local.api import Answer, Context, Handler, Later, LocalApi, LocalRequest, Respond
+from proxy.local.ports import GroupPort, Pending
+
+FIND_COORDINATOR = 10
+TXN_OFFSET_COMMIT = 28
+CONSUMER_GROUP_HEARTBEAT = 68
+
+#: Builds the core call for one decoded request: ``(request, context) -> (core, now) -> Step``.
+CallFor = Callable[[LocalRequest, Context], Callable[[GroupCoordinator, int], "Step[Any]"]]
+
+
+def _client(request: LocalRequest, context: Context) -> Client:
+    return Client(client_id=request.header.client_id or "", client_host=f"/{context.peer[0]}")
+
+
+def _body(request: LocalRequest) -> Any:
+    assert request.body is not None
+    return request.body
+
+
+def _find(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
+    req = FindCoordinatorRequest.from_wire(request.version, _body(request))
+    groups = _port(context)
+    node_id, host, port = groups.coordinator_address(context.listener)
+    return lambda core, now: core.find_coordinator(req, node_id=node_id, host=host, port=port)
+
+
+def _join(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
+    req = JoinGroupRequest.from_wire(request.version, _body(request))
+    client = _client(request, context)
+    return lambda core, now: core.join_group(req, client, now)
+
+
+def _consumer_heartbeat(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
+    req = ConsumerGroupHeartbeatRequest.from_wire(request.version, _body(request))
+    client = _client(request, context)
+    if req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None:
+        _port(context).subscriptions_changed()
+    return lambda core, now: core.consumer_group_heartbeat(req, client, now)
+
+
+def _simple(kind: Any, method: str, with_now: bool) -> CallFor:
+    def call_for(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
+        req = kind.from_wire(request.version, _body(request))
+        if with_now:
+            return lambda core, now: getattr(core, method)(req, now)
+        return lambda core, now: getattr(core, method)(req)
+
+    return call_for
+
+
+#: API key -> how its request becomes a core call.
+CALLS: dict[int, CallFor] = {
+    8: _simple(OffsetCommitRequest, "offset_commit", True),
+    9: _simple(OffsetFetchRequest, "offset_fetch", False),
+    FIND_COORDINATOR: _find,
+    11: _join,
+    12: _simple(HeartbeatRequest, "heartbeat", True),
+    13: _simple(LeaveGroupRequest, "leave_group", True),
+    14: _simple(SyncGroupRequest, "sync_group", True),
+    15: _simple(DescribeGroupsRequest, "describe_groups", False),
+    16: _simple(ListGroupsRequest, "list_groups", False),
+    TXN_OFFSET_COMMIT: _simple(TxnOffsetCommitRequest, "txn_offset_commit", False),
+    42: _simple(DeleteGroupsRequest, "delete_groups", True),
+    47: _simple(OffsetDeleteRequest, "offset_delete", False),
+    CONSUMER_GROUP_HEARTBEAT: _consumer_heartbeat,
+    69: _simple(ConsumerGroupDescribeRequest, "consumer_group_describe", False),
+}
+
+
+def _port(context: Context) -> GroupPort:
+    groups = context.ports.groups
+    assert groups is not None, "group APIs are in the table only when the coordinator is embedded"
+    return groups
+
+
+def handler(call_for: CallFor) -> Handler:
+    """The local-API handler of one group API."""
+
+    def handle(request: LocalRequest, context: Context) -> Answer:
+        version = request.version
+        outcome = _port(context).run(call_for(request, context))
+        if not isinstance(outcome, Pending):
+            return Respond(body=outcome.to_wire(version))
+        pending: Pending[Response] = outcome
+
+        async def answer() -> Respond:
+            response = await pending.wait()
+            return Respond(body=response.to_wire(version))
+
+        return Later(answer=answer)
+
+    return handle
+
+
+def _group_keys_only(registry: ApiRegistry) -> Callable[[RequestHeader, memoryview, Context], bool]:
+    """FindCoordinator is ours for groups; a transaction coordinator is the broker's."""
+
+    def takes(header: RequestHeader, body: memoryview, context: Context) -> bool:
+        api = registry.api(FIND_COORDINATOR)
+        if header.api_version not in api.versions:
+            return True  # answered "unsupported" by the sidecar
+        try:
+            decoded = decode(api.request, header.api_version, body)
+        except Exception:  # unreadable: the sidecar answers (and closes)
+            return True
+        return int(decoded.get("KeyType", KEY_TYPE_GROUP) or 0) == KEY_TYPE_GROUP
+
+    return takes
+
+
+def entries(registry: ApiRegistry) -> list[LocalApi]:
+    """The table entries of every group API the embedded coordinator serves."""
+    out = []
+    for key, call_for in CALLS.items():
+        api = registry.api(key)
+        served = SERVED_API_VERSIONS.get(key)
+        if served is None:  # TxnOffsetCommit: answered (refused) at every version we parse
+            assert api.versions.hi is not None
+            served = (api.versions.lo, api.versions.hi)
+        out.append(LocalApi(
+            key=key, name=api.name, versions=served, handler=handler(call_for),
+            takes=_group_keys_only(registry) if key == FIND_COORDINATOR else None,
+        ))
+    return out
