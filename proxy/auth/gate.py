@@ -36,7 +36,7 @@ from proxy.auth.sasl.passthrough import PrincipalReader
 from proxy.auth.sasl.plain import MECHANISM as PLAIN
 from proxy.auth.sasl.plain import PlainServer
 from proxy.auth.sasl.scram import MECHANISMS as SCRAM_MECHANISMS
-from proxy.auth.sasl.scram import ScramCredential, ScramServer
+from proxy.auth.sasl.scram import NonceCheck, ScramCredential, ScramServer
 from proxy.auth.sasl.session import Admission, MechanismFactory, Session
 from proxy.config.settings import SaslSettings
 
@@ -88,6 +88,7 @@ class ListenerAuth:
         count: Count,
         *,
         has_zookeeper: bool,
+        count_lenient: Count = lambda _listener, _mechanism, _deviation: None,
     ) -> None:
         self.listener = listener
         self.settings = settings
@@ -97,6 +98,7 @@ class ListenerAuth:
         self.plain_users = PlainUsersFile(settings.plain_users_file)
         self._scram_lookup = scram_lookup
         self._count = count
+        self._count_lenient = count_lenient
         self._factories = {name: self._factory(name) for name in self.mechanisms}
         if self.terminating:
             self._warn_about_missing_users(has_zookeeper)
@@ -113,7 +115,10 @@ class ListenerAuth:
         if name == PLAIN:
             return lambda: PlainServer(self.plain_users.verify)
         mechanism = SCRAM_MECHANISMS[name]
-        return lambda: ScramServer(mechanism, lambda user: self._scram_lookup(user, mechanism.name))
+        check: NonceCheck = "strict" if self.settings.scram_nonce_check == "strict" else "kafka"
+        return lambda: ScramServer(
+            mechanism, lambda user: self._scram_lookup(user, mechanism.name), nonce_check=check
+        )
 
     def session(self) -> Session:
         """A new connection's authentication state (terminate mode)."""
@@ -127,9 +132,22 @@ class ListenerAuth:
             return TerminatingGate(session if session is not None else self.session())
         return PassthroughGate(self, holder, registry)
 
-    def record(self, holder: PrincipalHolder, mechanism: str, result: str, detail: str = "") -> None:
-        """Count and log one finished exchange (user names and mechanisms only)."""
+    def record(
+        self, holder: PrincipalHolder, mechanism: str, result: str, detail: str = "",
+        deviations: tuple[str, ...] = (),
+    ) -> None:
+        """Count and log one finished exchange (user names and mechanisms only).
+
+        ``deviations`` name where a successful login needed a rule looser than the RFC
+        (``scram-nonce-suffix``): counted apart, and logged, so operators see which clients
+        depend on ``sidecar.sasl.scram.nonce.check=kafka``.
+        """
         self._count(self.listener, mechanism, result)
+        for deviation in deviations:
+            self._count_lenient(self.listener, mechanism, deviation)
+            log.info("%s:%d logged in as %s with %s only under Kafka's lenient rule (%s); "
+                     "sidecar.sasl.scram.nonce.check=strict would refuse it",
+                     holder.peer[0], holder.peer[1], holder.principal, mechanism, deviation)
         peer = f"{holder.peer[0]}:{holder.peer[1]}"
         if result == "success":
             log.info("%s authenticated as %s with %s on %s", peer, holder.principal, mechanism,

@@ -469,6 +469,13 @@ KEYS: tuple[Key, ...] = (
         "`listener.name.<l>.sasl.enabled.mechanisms`). SCRAM credentials live in ZooKeeper "
         "(`/config/users/<user>`), PLAIN users in `sidecar.sasl.plain.users.file`.",
         parse_mechanisms, "comma-separated subset of " + ",".join(SASL_MECHANISMS)),
+    Key("sidecar.sasl.scram.nonce.check", "enum", "kafka",
+        "How a SCRAM client-final nonce is checked when the sidecar terminates SASL: `kafka` "
+        "accepts a final nonce that ends with the server's (Kafka 3.8.1-3.9's rule; librdkafka "
+        "before 2.6.1, e.g. Debian's kcat, sends its own nonce twice and needs it), `strict` "
+        "requires equality (RFC 5802 and Kafka 4.x). Logins that needed the leniency are "
+        "counted in `ksidecar_sasl_lenient_logins_total` (docs/authentication.md).",
+        _choice("kafka", "strict"), "kafka|strict"),
     Key("sidecar.sasl.plain.users.file", "path", "",
         "PLAIN users: a file of salted PBKDF2 hashes (`ksidecar users add NAME --plain-file "
         "FILE`); re-read when its size or modification time changes. Empty: no PLAIN users.",

@@ -66,6 +66,8 @@ class SaslSettings:
     failure_delay: float = 0.1
     #: ``sidecar.sasl.plain.users.file`` ("" for none).
     plain_users_file: str = ""
+    #: ``sidecar.sasl.scram.nonce.check``: ``kafka`` (suffix rule) or ``strict`` (RFC 5802).
+    scram_nonce_check: str = "kafka"
 
     @classmethod
     def from_config(cls, config: SidecarConfig, listener: str) -> SaslSettings:
@@ -76,6 +78,7 @@ class SaslSettings:
             reauth_ms=config["connections.max.reauth.ms"],
             failure_delay=config["connection.failed.authentication.delay.ms"] / 1000,
             plain_users_file=config["sidecar.sasl.plain.users.file"],
+            scram_nonce_check=config["sidecar.sasl.scram.nonce.check"],
         )
 
 

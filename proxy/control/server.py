@@ -14,7 +14,7 @@ import logging
 import ssl
 
 import trio
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from protocol.apis import PRODUCE, ApiRegistry
 from proxy.auth.gate import Gate, ListenerAuth
@@ -115,6 +115,11 @@ class Sidecar:
         self._slot_freed = trio.Event()
         self._parts: dict[str, Parts] = {}
         register_quota_metrics(self.metrics.registry, self.gate, [e.name for e in config.listeners])
+        self.sasl_lenient = Counter(
+            "ksidecar_sasl_lenient_logins", "SASL logins that succeeded only under a rule looser "
+            "than the RFC (deviation: scram-nonce-suffix, see sidecar.sasl.scram.nonce.check), by "
+            "listener, mechanism and deviation.", ["listener", "mechanism", "deviation"],
+            registry=self.metrics.registry)
         #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
         self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id)
         #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
@@ -282,6 +287,7 @@ class Sidecar:
                 listener, SaslSettings.from_config(self.config, listener), self.users.credential,
                 lambda *labels: self.metrics.sasl_authentications.labels(*labels).inc(),
                 has_zookeeper=self.zk is not None,
+                count_lenient=lambda *labels: self.sasl_lenient.labels(*labels).inc(),
             )
             sasl = SaslApis(auth) if auth.terminating else None
         table = build_table(

@@ -83,7 +83,7 @@ class SaslApis:
         if reply.outcome == "success":
             assert session.principal is not None
             context.principal = session.principal
-            self.auth.record(context, mechanism, "success")
+            self.auth.record(context, mechanism, "success", deviations=reply.deviations)
         elif reply.outcome == "failure":
             self.auth.record(context, mechanism, "failure", session.failure_reason)
         answer = response if reply.respond else None

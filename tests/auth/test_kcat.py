@@ -83,6 +83,31 @@ async def test_kcat_logs_in_produces_and_consumes(
                   listener=listener, mechanism=mechanism, result="success") >= 2  # fmt: skip
     assert sample(rig.sidecar, "ksidecar_sasl_authentications_total",
                   listener=listener, mechanism=mechanism, result="failure") == 0  # fmt: skip
+    # The doubled client nonce is counted as a lenient login for SCRAM; PLAIN has none.
+    lenient = sample(rig.sidecar, "ksidecar_sasl_lenient_logins_total", listener=listener,
+                     mechanism=mechanism, deviation="scram-nonce-suffix")
+    assert (lenient >= 2) if mechanism.startswith("SCRAM") else lenient == 0
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256"])
+async def test_kcat_scram_is_refused_when_the_nonce_check_is_strict(
+    mechanism: str, sasl_sidecar: StartSasl, tansu: TansuServer
+) -> None:
+    rig = await sasl_sidecar(sidecar_sasl_scram_nonce_check="strict")
+
+    def attempt() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kcat", "-b", rig.bootstrap, "-X", "security.protocol=SASL_PLAINTEXT",
+             "-X", f"sasl.mechanism={mechanism}", "-X", "sasl.username=alice",
+             "-X", f"sasl.password={USERS['alice']}", "-L", "-m", "5"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    with trio.fail_after(90):
+        result = await trio.to_thread.run_sync(attempt)
+    assert result.returncode != 0
+    assert sample(rig.sidecar, "ksidecar_sasl_authentications_total", listener="SASL_PLAINTEXT",
+                  mechanism=mechanism, result="failure") >= 1  # fmt: skip
 
 
 async def test_kcat_wrong_password_fails(sasl_sidecar: StartSasl, tansu: TansuServer) -> None:
