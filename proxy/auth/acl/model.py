@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Self
 
 #: The one name the Cluster resource has.
 CLUSTER_NAME = "kafka-cluster"
@@ -46,7 +47,7 @@ class _Named(IntEnum):
         return pascal(self.name)
 
     @classmethod
-    def parse(cls, text: str) -> _Named:
+    def parse(cls, text: str) -> Self:
         """The member named ``text`` in any case, underscores optional; UNKNOWN otherwise."""
         wanted = text.strip().replace("_", "").replace("-", "").upper()
         for member in cls:
@@ -55,7 +56,7 @@ class _Named(IntEnum):
         return cls(0)
 
     @classmethod
-    def of(cls, code: int) -> _Named:
+    def of(cls, code: int) -> Self:
         """The member with wire code ``code``; UNKNOWN for a code Kafka does not define."""
         try:
             return cls(code)
