@@ -493,6 +493,19 @@ KEYS: tuple[Key, ...] = (
         "credentials over the wire (DescribeUserScramCredentials/AlterUserScramCredentials). "
         "`User:ANONYMOUS` admits unauthenticated listeners. Empty: only `ksidecar users`.",
         parse_principals, "User:<name>[;...]"),
+    Key("sidecar.authorizer", "enum", "none",
+        "Who authorizes clients' requests: `none` (today's behaviour: the broker, which sees the "
+        "sidecar's own identity when the sidecar terminates SASL) or `acls` (Kafka ACLs kept in "
+        "ZooKeeper in Kafka's format; CreateAcls/DescribeAcls/DeleteAcls answered by the sidecar; "
+        "needs `zookeeper.connect`). See docs/authorization.md.",
+        _choice("none", "acls"), "none|acls"),
+    Key("sidecar.authorizer.mode", "enum", "enforce",
+        "With `sidecar.authorizer=acls`: `enforce` refuses what the ACLs do not allow; `shadow` "
+        "refuses nothing but logs, counts and audits every request that would be refused.",
+        _choice("enforce", "shadow"), "enforce|shadow"),
+    Key("allow.everyone.if.no.acl.found", "bool", "false",
+        "With `sidecar.authorizer=acls`: a resource no ACL applies to is open to everyone "
+        "(Kafka's key and default).", _bool, "true|false"),
     Key("sidecar.upstream.sasl.mechanism", "enum", "",
         "How the control connection authenticates to a broker that requires SASL (passthrough "
         "mode): empty (not at all), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
@@ -685,6 +698,10 @@ def _cross_check(values: dict[str, Any]) -> None:
         raise ConfigError(
             f"group.min.session.timeout.ms={values['group.min.session.timeout.ms']} is above "
             f"group.max.session.timeout.ms={values['group.max.session.timeout.ms']}"
+        )
+    if values["sidecar.authorizer"] == "acls" and not values["zookeeper.connect"]:
+        raise ConfigError(
+            "sidecar.authorizer=acls needs zookeeper.connect (the ACLs live in ZooKeeper under /kafka-acl)"
         )
     if values["sidecar.upstream.sasl.mechanism"] and not values["sidecar.upstream.sasl.username"]:
         raise ConfigError("sidecar.upstream.sasl.mechanism is set but sidecar.upstream.sasl.username is empty")
