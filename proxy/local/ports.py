@@ -17,6 +17,8 @@ import trio
 
 from coordinator.core import GroupCoordinator
 from coordinator.outcome import Response, Step
+from proxy.auth.acl.evaluate import Authorizer
+from proxy.auth.acl.model import AclBinding, BindingFilter
 from proxy.auth.sasl.scram import ScramCredential
 from quotas.admin import Write
 
@@ -151,6 +153,27 @@ class GroupPort(Protocol):
 
     def subscriptions_changed(self) -> None:
         """A KIP-848 member changed its subscription: refresh topic metadata soon."""
+        ...
+
+
+class AclDirectory(Protocol):
+    """Kafka ACLs in ZooKeeper (``/kafka-acl``, watched) and the authorizer over them."""
+
+    @property
+    def authorizer(self) -> Authorizer:
+        """The authorizer of the current ACL snapshot (replaced on every change)."""
+        ...
+
+    def describe(self, filter_: BindingFilter) -> list[AclBinding]:
+        """The ACLs the filter matches, as currently known."""
+        ...
+
+    async def create(self, bindings: Sequence[AclBinding]) -> list[Exception | None]:
+        """Add validated ACLs (ZooKeeper); per binding, the failure if any."""
+        ...
+
+    async def delete(self, filters: Sequence[BindingFilter]) -> list[list[tuple[AclBinding, Exception | None]]]:
+        """Remove what the filters match; per filter, the removed ACLs and failures."""
         ...
 
 
