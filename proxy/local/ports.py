@@ -188,3 +188,5 @@ class Ports:
     #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
     groups: GroupPort | None = None
     super_users: frozenset[str] = frozenset()
+    #: Kafka ACLs (``sidecar.authorizer=acls``), else ``None``.
+    acls: AclDirectory | None = None
