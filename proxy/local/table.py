@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.apis import ApiRegistry
-from proxy.local import broker_metadata, client_quotas, groups, scram_credentials
+from proxy.local import acls, broker_metadata, client_quotas, groups, scram_credentials
 from proxy.local.api import LocalApi, LocalApiTable
 from proxy.local.api_versions import ApiVersionsApi
 from proxy.local.sasl import SaslApis
@@ -25,6 +25,8 @@ class TableSpec:
     scram_credentials: bool = False
     #: The group APIs (``sidecar.coordinator=embedded``).
     groups: bool = False
+    #: Describe/Create/DeleteAcls (``sidecar.authorizer=acls``).
+    acls: bool = False
 
 
 def build_table(registry: ApiRegistry, spec: TableSpec) -> LocalApiTable:
@@ -40,5 +42,7 @@ def build_table(registry: ApiRegistry, spec: TableSpec) -> LocalApiTable:
         served.extend(spec.sasl.entries(registry))
     if spec.groups:
         served.extend(groups.entries(registry))
+    if spec.acls:
+        served.extend(acls.entries(registry))
     table = LocalApiTable(served, raw_token=spec.sasl.raw_token if spec.sasl is not None else None)
     return table
