@@ -26,6 +26,7 @@ from proxy.config.settings import (
     queued_max_request_bytes,
 )
 from proxy.control.acceptor import serve_listener
+from proxy.control.acl_state import AclState
 from proxy.control.gate_config import gate_config
 from proxy.control.groups import GroupService
 from proxy.control.http import serve_http
@@ -131,6 +132,13 @@ class Sidecar:
                 self.metrics.registry,
                 refresh_interval=config["sidecar.coordinator.metadata.refresh.ms"] / 1000,
             )
+        #: Kafka ACLs in ZooKeeper (``sidecar.authorizer=acls``; the key table refuses it
+        #: without ZooKeeper), else ``None``.
+        self.acls: AclState | None = None
+        if config["sidecar.authorizer"] == "acls" and self.zk is not None:
+            self.acls = AclState(self.zk, super_users=config["super.users"],
+                                 allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
+                                 open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}))
         self.ports = Ports(
             upstream=self.upstream,
             brokers=self,
@@ -138,6 +146,7 @@ class Sidecar:
             users=self.users if self._owns_scram_users() else None,
             groups=self.groups,
             super_users=config["super.users"],
+            acls=self.acls,
         )
         self.connection_settings = ConnectionSettings.from_config(config)
         #: Request bytes held by all connections (``queued.max.request.bytes``).
@@ -293,7 +302,7 @@ class Sidecar:
         table = build_table(
             self.registry,
             TableSpec(sasl=sasl, scram_credentials=self.ports.users is not None,
-                      groups=self.groups is not None),
+                      groups=self.groups is not None, acls=self.acls is not None),
         )
         rewriter = Rewriter(OwnAddressFirst(self, self.address_book), listener, self._unmapped)
         router = Router(self.registry, table, self.upstream, rewriter,
@@ -364,6 +373,8 @@ class Sidecar:
                     await self.zk.start()
                     await self.ip_quotas.start()
                     await self.users.start()
+                    if self.acls is not None:
+                        await self.acls.start()
                     assert self.registration is not None
                     await nursery.start(self.registration.run)
                     if self.groups is not None:
@@ -385,6 +396,9 @@ class Sidecar:
                     "; consumer groups: embedded coordinator" if self.groups is not None
                     else "; consumer groups: passed through to the broker",
                 )
+                log.info("authorizer: %s", "none (requests are authorized by the broker, as the identity "
+                         "it sees)" if self.acls is None else f"acls ({self.config['sidecar.authorizer.mode']}; "
+                         f"{len(self.acls.authorizer.acls)} ACL(s) in ZooKeeper)")
                 task_status.started(self)
         finally:
             if self.zk is not None:
