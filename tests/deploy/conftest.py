@@ -6,7 +6,9 @@ ZooKeeper. The pod-specific values come from the environment, as in the pod: the
 variables the StatefulSet sets (``POD_NAME``, ``BROKER_ID``, ``ZOOKEEPER_CONNECT``, ...)
 plus ``KSIDECAR_<KEY>`` overrides that move the listeners, the upstream and the audit
 directory onto loopback and temporary paths. The audit observer is configured, so its
-metrics are exported as they are in the cluster.
+metrics are exported as they are in the cluster; the embedded group coordinator is turned
+on (``KSIDECAR_SIDECAR_COORDINATOR=embedded``, the ConfigMap's ``zookeeper.connect`` holds
+its groups), so the group metrics the dashboard and the alerts query are exported too.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def deployed_environment(
         "KSIDECAR_SIDECAR_UPSTREAM": upstream,
         "KSIDECAR_SIDECAR_METRICS_LISTENER": f"{LOOPBACK}:{metrics_port}",
         "KSIDECAR_OBSERVER_AUDIT_DIR": str(audit_dir),
+        # The embedded consumer-group coordinator, for its metrics (docs/coordinator.md).
+        "KSIDECAR_SIDECAR_COORDINATOR": "embedded",
     })
     return env
 

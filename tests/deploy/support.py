@@ -14,6 +14,7 @@ import re
 import shutil
 import socket
 import struct
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -128,6 +129,27 @@ def produce(bootstrap: str, topic: str, count: int = 20) -> None:
         producer.produce(topic, f"record-{i}".encode())
     remaining = producer.flush(30)
     assert remaining == 0, f"{remaining} records not delivered"
+
+
+def consume_and_commit(bootstrap: str, topic: str, group: str, count: int = 20) -> None:
+    """Join ``group`` with one confluent-kafka consumer, read ``count`` records of ``topic``,
+    commit synchronously and leave: a rebalance and an offset commit for the coordinator."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        read = 0
+        deadline = time.monotonic() + 60
+        while read < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read += 1
+        assert read == count, f"read {read} of {count} records of {topic}"
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
 
 
 def send_unsupported(host: str, port: int, api_key: int = 9999) -> bytes:

@@ -2,9 +2,10 @@
 
 The names are taken from every PromQL text in the dashboard (panel targets and the
 templating query) and in the alert rules, and compared with the /metrics output of the
-live sidecar run from the Kubernetes ConfigMap, with the audit observer configured, after
-real client traffic: a produce through the sidecar, an ApiVersions answered locally and a
-request with an API key nobody supports.
+live sidecar run from the Kubernetes ConfigMap, with the audit observer and the embedded
+group coordinator configured, after real client traffic: a produce through the sidecar, a
+consumer group that joins, commits and leaves, an ApiVersions answered locally and a request
+with an API key nobody supports.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from proxy.tools.rig.sidecar import SidecarServer
 from tests.deploy.support import (
     DASHBOARD,
+    consume_and_commit,
     dashboard_exprs,
     exposed_names,
     metric_names,
@@ -90,11 +92,29 @@ def test_metric_name_extraction() -> None:
     }
 
 
+def test_dashboard_and_alerts_cover_the_group_coordinator() -> None:
+    """Issue 15: groups by state and protocol, members, rebalance rate and duration,
+    offset-commit write rate and latency; alerts for a rebalance storm and slow commits."""
+    used = set().union(*(metric_names(e) for e in dashboard_exprs(dashboard())))
+    assert used >= {
+        "ksidecar_groups", "ksidecar_group_members", "ksidecar_group_rebalances_total",
+        "ksidecar_group_rebalance_duration_seconds_bucket", "ksidecar_offset_commit_writes_total",
+        "ksidecar_offset_commit_write_seconds_bucket",
+    }
+    alerted = set().union(*(metric_names(e) for e in rule_exprs()))
+    assert alerted >= {"ksidecar_group_rebalances_total", "ksidecar_offset_commit_write_seconds_bucket"}
+
+
 @pytest.mark.integration
 def test_every_queried_metric_exists_in_a_live_sidecar(deployed_sidecar: SidecarServer) -> None:
-    produce(deployed_sidecar.bootstrap, f"deploy-grafana-{uuid.uuid4().hex[:8]}")
+    topic = f"deploy-grafana-{uuid.uuid4().hex[:8]}"
+    produce(deployed_sidecar.bootstrap, topic)
+    consume_and_commit(deployed_sidecar.bootstrap, topic, f"deploy-group-{uuid.uuid4().hex[:8]}")
     send_unsupported(deployed_sidecar.host, deployed_sidecar.port)
-    exposed = exposed_names(deployed_sidecar.scrape())
+    scraped = deployed_sidecar.scrape()
+    # The commit went through the embedded coordinator: ZooKeeper has it, and it was counted.
+    assert 'ksidecar_offset_commit_writes_total{result="ok"}' in scraped
+    exposed = exposed_names(scraped)
     queried: dict[str, set[str]] = {}
     for source, exprs in (("dashboard", dashboard_exprs(dashboard())), ("alerts", rule_exprs())):
         for expr in exprs:

@@ -43,7 +43,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_config(config: str) -> None:
     result = promtool("check", "config", config)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout  # the rule file was followed
+    assert "SUCCESS: 10 rules found" in result.stdout  # the rule file was followed
 
 
 def test_promtool_checks_rules() -> None:
@@ -132,7 +132,7 @@ def test_prometheus_scrapes_a_live_sidecar(prometheus: str, deployed_sidecar: Si
         return rules if rules and not any(r["lastEvaluation"].startswith("0001-") for r in rules) else None
 
     rules = wait_for("alert rules evaluated", rules_evaluated)
-    assert len(rules) == 8
+    assert len(rules) == 10
     assert all(rule["health"] == "ok" for rule in rules), rules
 
     # The counter before the traffic: Prometheus has scraped, but the sidecar may not
