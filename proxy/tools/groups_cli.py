@@ -191,8 +191,12 @@ class Cluster:
             raise GroupsError(f"FindCoordinator for group '{group}': {error_name(found.ErrorCode)}")
         return Broker(node_id=found.NodeId, host=found.Host, port=found.Port)
 
-    def list_offsets(self, partitions: Iterable[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
-        """Each partition's offset at ``timestamp`` (EARLIEST, LATEST), from its leader."""
+    def list_offsets(self, partitions: Iterable[tuple[str, int]], timestamp: int, *,
+                     strict: bool = True) -> dict[tuple[str, int], int]:
+        """Each partition's offset at ``timestamp`` (EARLIEST, LATEST), from its leader.
+
+        ``strict=False`` leaves out partitions without a leader or with an error (a topic
+        deleted since the group committed to it) instead of failing."""
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
@@ -201,6 +205,8 @@ class Cluster:
         for topic, partition in wanted:
             leader = meta.leaders.get(topic, {}).get(partition)
             if leader is None or leader not in meta.brokers:
+                if not strict:
+                    continue
                 raise GroupsError(f"partition {topic}-{partition}: no leader known (does it exist?)")
             by_leader.setdefault(leader, {}).setdefault(topic, []).append(partition)
         out: dict[tuple[str, int], int] = {}
@@ -214,6 +220,8 @@ class Cluster:
             })
             for topic in body.Topics:
                 for p in topic.Partitions:
+                    if p.ErrorCode and not strict:
+                        continue
                     if p.ErrorCode:
                         raise GroupsError(f"ListOffsets for {topic.Name}-{p.PartitionIndex} at "
                                           f"{address}: {error_name(p.ErrorCode)}")
@@ -440,7 +448,7 @@ def _describe(cluster: Cluster, args: argparse.Namespace) -> int:
     committed = committed_offsets(cluster, group)
     owner = {tp: m for m in group.members for tp in m.partitions}
     partitions = sorted(set(committed) | set(owner))
-    log_end = cluster.list_offsets(partitions, LATEST)
+    log_end = cluster.list_offsets(partitions, LATEST, strict=False)  # "-" where unknown
     rows = []
     for tp in partitions:
         current, end, member = committed.get(tp), log_end.get(tp), owner.get(tp)
