@@ -130,12 +130,16 @@ class GroupService:
     def run(self, call: GroupCall) -> Response | Pending[Response]:
         """Run ``call`` on the core: its answer now, or a pending one."""
         step = call(self.core, self.clock())
+        pending: Pending[Response] | None = None
+        if step.response is None:
+            # Registered before the step's answers are delivered: a step may answer the very
+            # request it parked (a leader's SyncGroup completes its own, and the others').
+            assert step.ticket is not None
+            pending = self._pending[step.ticket] = Pending()
         response = self._apply(step)
         if response is not None:
             return response
-        assert step.ticket is not None
-        pending: Pending[Response] = Pending()
-        self._pending[step.ticket] = pending
+        assert pending is not None
         return pending
 
     def coordinator_address(self, listener: str) -> tuple[int, str, int]:
