@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -29,6 +30,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 6
 RECORDS = 20_000
+#: Records a member takes per poll, and the seconds it spends on each batch: at most 1,000
+#: records a second a member, so the group rebalances while there is still work to hand over.
+BATCH = 250
+PACE = 0.25
 
 
 async def embedded(start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer,
@@ -40,6 +45,7 @@ async def embedded(start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: Z
         group_initial_rebalance_delay_ms="200",
         group_min_session_timeout_ms="1000",
         sidecar_coordinator_metadata_refresh_ms="500",
+        group_consumer_heartbeat_interval_ms="500",
     ))
 
 
@@ -57,39 +63,120 @@ def produce(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
-class ConfluentMember(threading.Thread):
-    """One confluent-kafka consumer: reads in batches and commits each batch synchronously."""
+def produce_more(bootstrap: str, topic: str, count: int) -> None:
+    """``count`` more records, spread evenly over the partitions."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, value=b"more", partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+
+
+class Member(threading.Thread):
+    """One consumer of the group: reads in batches, notes what it read, commits each batch
+    synchronously (so a record is read again only if the coordinator lost a commit or gave
+    a partition to two members at once)."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, seen: Counter[tuple[int, int]],
                  lock: threading.Lock, extra: dict[str, Any]) -> None:
         super().__init__(daemon=True)
-        self.config = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                       "auto.offset.reset": "earliest", **extra}
-        self.topic, self.seen, self.lock = topic, seen, lock
+        self.bootstrap, self.group, self.topic, self.extra = bootstrap, group, topic, extra
+        self.seen, self.lock = seen, lock
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        self.assignments: list[list[int]] = []
+        #: Partitions this member read from.
+        self.partitions: set[int] = set()
+
+    def note(self, records: list[tuple[int, int]]) -> None:
+        with self.lock:
+            for partition_offset in records:
+                self.seen[partition_offset] += 1
+                self.partitions.add(partition_offset[0])
+        time.sleep(PACE)  # a consumer that works: the group must rebalance while it reads
 
     def run(self) -> None:
-        from confluent_kafka import Consumer
-
         try:
-            consumer = Consumer(self.config)
-            consumer.subscribe([self.topic], on_assign=lambda c, parts: self.assignments.append(
-                sorted(p.partition for p in parts)))
-            try:
-                while not self.stop.is_set():
-                    batch = consumer.consume(500, 0.2)
-                    good = [m for m in batch if m.error() is None]
-                    if good:
-                        with self.lock:
-                            for m in good:
-                                self.seen[(m.partition(), m.offset())] += 1
-                        consumer.commit(asynchronous=False)
-            finally:
-                consumer.close()
+            self.consume()
         except BaseException as exc:  # reported by the test
             self.error = exc
+
+    def consume(self) -> None:
+        raise NotImplementedError
+
+
+class ConfluentMember(Member):
+    def consume(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest", **self.extra})
+        consumer.subscribe([self.topic])
+        try:
+            while not self.stop.is_set():
+                good = [m for m in consumer.consume(BATCH, 0.2) if m.error() is None]
+                if good:
+                    self.note([(m.partition(), m.offset()) for m in good])
+                    consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+
+
+class KafkaPythonMember(Member):
+    def consume(self) -> None:
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
+                                 enable_auto_commit=False, auto_offset_reset="earliest",
+                                 session_timeout_ms=6000, heartbeat_interval_ms=1000, **self.extra)
+        try:
+            while not self.stop.is_set():
+                batch = consumer.poll(timeout_ms=200, max_records=BATCH)
+                records = [(r.partition, r.offset) for rs in batch.values() for r in rs]
+                if records:
+                    self.note(records)
+                    consumer.commit()
+        finally:
+            consumer.close()
+
+
+class AioMember(Member):
+    """aiokafka rejoins from a background task: a rebalance listener makes the rejoin wait
+    until the batch in hand is committed (its documented way to avoid redelivery)."""
+
+    def consume(self) -> None:
+        import asyncio
+
+        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+
+        async def main() -> None:
+            in_hand = asyncio.Lock()
+
+            class WaitForCommit(ConsumerRebalanceListener):  # type: ignore[misc]
+                async def on_partitions_revoked(self, revoked: object) -> None:
+                    async with in_hand:
+                        pass
+
+                async def on_partitions_assigned(self, assigned: object) -> None:
+                    pass
+
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group,
+                                        enable_auto_commit=False, auto_offset_reset="earliest",
+                                        session_timeout_ms=6000, heartbeat_interval_ms=1000, **self.extra)
+            consumer.subscribe([self.topic], listener=WaitForCommit())
+            await consumer.start()
+            try:
+                while not self.stop.is_set():
+                    batch = await consumer.getmany(timeout_ms=200, max_records=BATCH)
+                    async with in_hand:
+                        records = [(r.partition, r.offset) for rs in batch.values() for r in rs]
+                        if records:
+                            self.note(records)
+                            await consumer.commit()
+            finally:
+                await consumer.stop()
+
+        asyncio.run(main())
 
 
 async def wait_for(predicate: Callable[[], bool], seconds: float) -> None:
@@ -109,13 +196,20 @@ def offsets_in_zookeeper(connect: str, chroot: str, group: str, topic: str) -> d
         zk.close()
 
 
-@pytest.mark.parametrize("extra", [
-    pytest.param({"partition.assignment.strategy": "range"}, id="classic-range"),
-    pytest.param({"partition.assignment.strategy": "cooperative-sticky"}, id="classic-cooperative"),
-    pytest.param({"group.protocol": "consumer"}, id="kip848"),
-])
-async def test_confluent_group_reads_every_record_once(
-    start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, extra: dict[str, Any]
+VARIANTS = [
+    pytest.param(ConfluentMember, {"partition.assignment.strategy": "range"}, id="confluent-range"),
+    pytest.param(ConfluentMember, {"partition.assignment.strategy": "cooperative-sticky"},
+                 id="confluent-cooperative"),
+    pytest.param(ConfluentMember, {"group.protocol": "consumer"}, id="confluent-kip848"),
+    pytest.param(KafkaPythonMember, {}, id="kafka-python"),
+    pytest.param(AioMember, {}, id="aiokafka"),
+]
+
+
+@pytest.mark.parametrize(("kind", "extra"), VARIANTS)
+async def test_group_reads_every_record_once(
+    start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer,
+    kind: type[Member], extra: dict[str, Any],
 ) -> None:
     chroot = f"/groups-{uuid.uuid4().hex[:8]}"
     sidecar = await embedded(start_sidecar, tansu, zookeeper, chroot)
@@ -124,13 +218,17 @@ async def test_confluent_group_reads_every_record_once(
     await trio.to_thread.run_sync(produce, bootstrap, topic)
     seen: Counter[tuple[int, int]] = Counter()
     lock = threading.Lock()
-    members = [ConfluentMember(bootstrap, group, topic, seen, lock, extra) for _ in range(3)]
+    members = [kind(bootstrap, group, topic, seen, lock, extra) for _ in range(3)]
     for member in members[:2]:
         member.start()
-    await wait_for(lambda: len(seen) >= RECORDS // 3, 60)
+    await wait_for(lambda: len(seen) >= RECORDS // 4, 60)
     members[2].start()  # a join mid-way: a rebalance
-    await wait_for(lambda: len(seen) >= 2 * RECORDS // 3, 60)
+    await wait_for(lambda: len(seen) >= RECORDS // 2 and bool(members[2].partitions), 60)
     members[0].stop.set()  # a leave mid-way: another
+    await trio.to_thread.run_sync(members[0].join, 30)
+    # What the leaver had not read yet, the two that stayed read: all of it, once.
+    unread_when_it_left = RECORDS - len(seen)
+    assert unread_when_it_left > 0
     await wait_for(lambda: len(seen) >= RECORDS, 90)
     for member in members:
         member.stop.set()
@@ -141,3 +239,15 @@ async def test_confluent_group_reads_every_record_once(
     assert max(seen.values()) == 1, f"{sum(1 for v in seen.values() if v > 1)} record(s) read twice"
     stored = await trio.to_thread.run_sync(offsets_in_zookeeper, zookeeper.connect, chroot, group, topic)
     assert stored == {p: len(range(p, RECORDS, PARTITIONS)) for p in range(PARTITIONS)}
+    # The group restarted: it resumes from the committed offsets and reads only what is new.
+    await trio.to_thread.run_sync(produce_more, bootstrap, topic, 600)
+    seen.clear()
+    again = kind(bootstrap, group, topic, seen, lock, extra)
+    again.start()
+    await wait_for(lambda: len(seen) >= 600, 60)
+    await trio.sleep(1)
+    again.stop.set()
+    await trio.to_thread.run_sync(again.join, 30)
+    assert again.error is None, again.error
+    assert sorted(seen) == sorted((p, len(range(p, RECORDS, PARTITIONS)) + i)
+                                  for p in range(PARTITIONS) for i in range(100))
