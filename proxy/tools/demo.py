@@ -87,11 +87,15 @@ class DemoResult:
     #: reports apart (held by design, not judged).
     slo_breaches: tuple[str, ...] = ()
     long_polls: tuple[str, ...] = ()
+    #: The group's committed offsets as the embedded coordinator stored them in ZooKeeper
+    #: (``/consumers/<group>/offsets/<topic>/<partition>``).
+    zookeeper_offsets: dict[int, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """Every record consumed and committed, and the audit report accounts for each."""
         moved = self.missing == 0 and self.consumed == self.produced == self.committed
+        coordinated = sum(self.zookeeper_offsets.values()) == self.committed
         audited = (
             self.audited_in == {ANONYMOUS: self.produced}
             and self.audited_out.get(self.reader, 0) >= self.consumed
@@ -101,7 +105,7 @@ class DemoResult:
             and self.idle_topic in self.unused and self.topic not in self.unused
         )
         held = not {"JoinGroup", "SyncGroup"} & set(self.slo_breaches)
-        return moved and audited and inventoried and held and bool(self.report)
+        return moved and coordinated and audited and inventoried and held and bool(self.report)
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,10 @@ def choose_bootstrap(
             extra_listeners=("SASL_PLAINTEXT",),
             keys={
                 "zookeeper.connect": zookeeper.connect_string(CHROOT),
+                # Consumer groups are coordinated by the sidecar itself (docs/coordinator.md):
+                # the demo's group and its offsets live in ZooKeeper, not in the broker.
+                "sidecar.coordinator": "embedded",
+                "group.initial.rebalance.delay.ms": "500",
                 "tag.demo": "true",
                 "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
                 # The audit trail (KIP-388): Parquet under <work dir>/audit, flushed on stop.
@@ -168,6 +176,24 @@ def add_reader(zookeeper: ZooKeeperServer) -> str:
         client.stop()
         client.close()
     return password
+
+
+def group_offsets(zookeeper: ZooKeeperServer, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets, read from ZooKeeper where the embedded coordinator
+    wrote them (docs/coordinator.md, "Stored format")."""
+    import json
+
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10.0)
+    client.start(timeout=10.0)
+    try:
+        base = f"/consumers/{group}/offsets/{topic}"
+        return {int(p): int(json.loads(client.get(f"{base}/{p}")[0])["offset"])
+                for p in client.get_children(base)}
+    finally:
+        client.stop()
+        client.close()
 
 
 def _print_sidecar_counts(sidecar: SidecarServer) -> None:
@@ -331,6 +357,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
         }
         received, committed = consume(clients.sasl, topic, group, partitions, records, login)
         quota = demo_ip_quota(clients.plaintext, zookeeper)
+        stored = group_offsets(zookeeper, group, topic)
         result = DemoResult(
             broker=broker.bootstrap,
             broker_startup=broker.process.startup_seconds or 0.0,
@@ -352,6 +379,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
             reader=f"User:{READER}",
             audit_dir=str(audit_dir),
             idle_topic=idle_topic,
+            zookeeper_offsets=stored,
         )
     # The sidecar has stopped: its audit files are complete. Now the Spark report.
     print("ksidecar demo: traffic done; running the audit report's Spark jobs", flush=True)
@@ -407,6 +435,9 @@ def summary(result: DemoResult) -> str:
             f"{result.consumed} records in group {result.group}, {result.missing} missing",
         ),
         ("committed", f"{result.committed} (sum of the group's committed offsets)"),
+        ("groups", f"coordinated by the sidecar (sidecar.coordinator=embedded); offsets in "
+                   f"ZooKeeper /consumers/{result.group}/offsets/{result.topic}: "
+                   + ", ".join(f"{p}={o}" for p, o in sorted(result.zookeeper_offsets.items()))),
         ("quota", result.quota),
         ("audit", f"{result.audit_rows} rows in {result.audit_dir}"),
         ("traffic", _traffic_line(result)),

@@ -22,6 +22,11 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
         200,
         0,
     )
+    # The group was coordinated by the sidecar: its offsets are in ZooKeeper, one per
+    # partition, adding up to every record.
+    assert set(result.zookeeper_offsets) == {0, 1}
+    assert sum(result.zookeeper_offsets.values()) == 200
+    assert "coordinated by the sidecar (sidecar.coordinator=embedded)" in summary(result)
     # Traffic went through a real `ksidecar run` in front of the broker.
     assert result.bootstrap != result.broker
     assert "ksidecar run in front of the broker" in result.via
