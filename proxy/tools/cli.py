@@ -3,10 +3,12 @@
 ``ksidecar run --config sidecar.properties [--set key=value ...]`` runs a sidecar;
 ``ksidecar demo`` runs the end-to-end demo; ``ksidecar audit report --audit PATH --out DIR``
 runs the PySpark audit jobs and writes an HTML report (see :mod:`spark_jobs.report`);
-``ksidecar quotas`` describes and alters per-IP connection quotas over the wire (see :mod:`proxy.tools.quotas_cli`); ``ksidecar groups``
-lists, describes and deletes consumer groups and resets their offsets over the wire (see
-:mod:`proxy.tools.groups_cli`); ``ksidecar users``
-adds, deletes and lists SASL users (see :mod:`proxy.tools.users_cli`).
+``ksidecar quotas`` describes and alters per-IP connection quotas over the wire
+(:mod:`proxy.tools.quotas_cli`); ``ksidecar groups`` lists, describes and deletes consumer
+groups and resets their offsets over the wire (:mod:`proxy.tools.groups_cli`); ``ksidecar
+acls`` adds, removes and lists ACLs over the wire, shaped like kafka-acls.sh
+(:mod:`proxy.tools.acls_cli`); ``ksidecar users`` adds, deletes and lists SASL users
+(:mod:`proxy.tools.users_cli`).
 Exit codes: 0 on a clean stop (SIGTERM/SIGINT after a complete drain), 2 for a
 configuration error (the message names the key), 3 when the drain abandoned requests (its
 deadline passed, or a second signal came), 1 for anything else.
@@ -23,7 +25,7 @@ import trio
 
 from proxy.config import ConfigError, SidecarConfig, load_config
 from proxy.config.properties import PropertiesError
-from proxy.tools import groups_cli, quotas_cli, users_cli
+from proxy.tools import acls_cli, groups_cli, quotas_cli, users_cli
 from spark_jobs import options as audit_options
 
 log = logging.getLogger("ksidecar")
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="run the end-to-end demo on loopback")
     quotas_cli.add_parser(sub)
     groups_cli.add_parser(sub)
+    acls_cli.add_parser(sub)
     users_cli.add_parser(sub)
     audit_options.add_audit_command(sub)
     args = parser.parse_args(argv)
@@ -100,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         return quotas_cli.run(args)
     if args.command == "groups":
         return groups_cli.run(args)
+    if args.command == "acls":
+        return acls_cli.run(args)
     if args.command == "users":
         return users_cli.run(args)
     if args.command == "audit":
