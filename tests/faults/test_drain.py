@@ -71,7 +71,12 @@ def test_sigterm_under_pipelined_load_answers_everything_applied(
         log = sidecar.log_path.read_text()
     applied = latest_offset(tansu.port, topic)
     answered = sum(c.answers for c in clients)
-    assert [c.ended for c in clients] == ["eof"] * CONNECTIONS, "a connection ended otherwise"
+    # A connection the sidecar served ends with EOF after its last answer, never a reset. (One
+    # still waiting in the kernel's accept queue when the listener closed was never served:
+    # the kernel resets it, and nothing was owed to it.)
+    served = [(c.answers, c.ended) for c in clients if c.answers]
+    assert all(ended == "eof" for _, ended in served), [(c.answers, c.ended) for c in clients]
+    assert len(served) >= CONNECTIONS // 2
     assert answered == applied, f"broker applied {applied}, clients got {answered} answers"
     assert code == 0, log[-2000:]
     last_answer = max(c.last_answer_at for c in clients)
