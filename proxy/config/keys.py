@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.features import parse_supported_override
 from proxy.config.properties import read_properties
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,14 @@ def _bool(key: str, value: str) -> bool:
 
 
 def _str(key: str, value: str) -> str:
+    return value.strip()
+
+
+def _features_override(key: str, value: str) -> str:
+    try:
+        parse_supported_override(value)
+    except ValueError as exc:
+        raise ConfigError(f"{key}={value!r}: {exc}") from None
     return value.strip()
 
 
@@ -381,6 +390,10 @@ KEYS: tuple[Key, ...] = (
     Key("group.initial.rebalance.delay.ms", "int", "3000",
         "Embedded coordinator: how long the first rebalance of an empty classic group waits for "
         "more members to join.", _int(0), ">= 0"),
+    Key("sidecar.features.supported.override", "str", "",
+        "Test only: replace this release's supported feature ranges (KIP-584, docs/features.md), "
+        "`feature=min-max[,...]`, e.g. `group.version=0-0` to play an older sidecar in a mixed "
+        "fleet. Empty: the release's own ranges.", _features_override, "feature=min-max[,...]"),
     Key("group.max.size", "int", _NO_LIMIT,
         "Embedded coordinator: most members of a classic group (GROUP_MAX_SIZE_REACHED past it).",
         _int(1), ">= 1"),
