@@ -60,6 +60,10 @@ class Registrant(Protocol):
         """This sidecar's broker id, once known (learned from the upstream when -1)."""
         ...
 
+    def supported_features(self) -> dict[str, dict[str, int]]:
+        """KIP-584 supported features, ``{name: {"min_version": a, "max_version": b}}``."""
+        ...
+
 
 def registration_json(registrant: Registrant) -> bytes:
     """The znode body for this sidecar (Kafka's broker registration, version 5, plus tags)."""
@@ -73,7 +77,7 @@ def registration_json(registrant: Registrant) -> bytes:
         "timestamp": str(int(time.time() * 1000)),
         "endpoints": [str(e) for e in endpoints],
         "listener_security_protocol_map": {e.name: registrant.security_protocol(e.name) for e in endpoints},
-        "features": {},
+        "features": registrant.supported_features(),
         "tags": registrant.tags(),
         "ksidecar": {"upstream": registrant.upstream_text()},
     }

@@ -16,6 +16,7 @@ import ssl
 import trio
 from prometheus_client import CollectorRegistry, Counter
 
+from coordinator.features import parse_supported_override, registration_features, supported_features
 from protocol.apis import PRODUCE, ApiRegistry
 from proxy.auth.gate import Gate, ListenerAuth
 from proxy.config import Endpoint, HostPort, SidecarConfig
@@ -27,6 +28,7 @@ from proxy.config.settings import (
 )
 from proxy.control.acceptor import serve_listener
 from proxy.control.acl_state import AclState
+from proxy.control.features_state import FeatureState
 from proxy.control.gate_config import gate_config
 from proxy.control.groups import GroupService
 from proxy.control.http import serve_http
@@ -139,6 +141,16 @@ class Sidecar:
             self.acls = AclState(self.zk, super_users=config["super.users"],
                                  allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
                                  open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}))
+        #: KIP-584 features (with ZooKeeper: ``/feature`` is shared by the fleet), else ``None``.
+        self.features: FeatureState | None = None
+        if self.zk is not None:
+            override: str = config["sidecar.features.supported.override"]
+            supported = (parse_supported_override(override) if override else
+                         supported_features(embedded_coordinator=self.groups is not None))
+            registration = self.registration
+            self.features = FeatureState(
+                self.zk, supported, lambda: registration.bodies if registration is not None else {},
+                lambda: self.broker_id)
         self.ports = Ports(
             upstream=self.upstream,
             brokers=self,
@@ -147,6 +159,7 @@ class Sidecar:
             groups=self.groups,
             super_users=config["super.users"],
             acls=self.acls,
+            features=self.features,
         )
         self.connection_settings = ConnectionSettings.from_config(config)
         #: Request bytes held by all connections (``queued.max.request.bytes``).
@@ -190,6 +203,10 @@ class Sidecar:
         """``(node id, host, port)`` clients on ``listener`` are told for groups: this sidecar."""
         mine = self.advertised(listener)
         return self.broker_id, mine.host, mine.port
+
+    def supported_features(self) -> dict[str, dict[str, int]]:
+        """KIP-584 supported features for the registration (Kafka's format)."""
+        return registration_features(self.features.supported) if self.features is not None else {}
 
     def security_protocol(self, listener: str) -> str:
         """The security protocol of ``listener``."""
@@ -371,6 +388,8 @@ class Sidecar:
                 self.address_book = self._build_address_book()
                 if self.zk is not None:
                     await self.zk.start()
+                    if self.features is not None:
+                        await self.features.start()  # refuses to start on incompatible features
                     await self.ip_quotas.start()
                     await self.users.start()
                     if self.acls is not None:

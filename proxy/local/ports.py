@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from coordinator.core import GroupCoordinator
+from coordinator.features import FeatureError, FeatureSnapshot, FeatureUpdate, UpdatePlan
 from coordinator.outcome import Response, Step
 from proxy.auth.acl.evaluate import Authorizer
 from proxy.auth.acl.model import AclBinding, BindingFilter
@@ -177,6 +178,37 @@ class AclDirectory(Protocol):
         ...
 
 
+class FeatureOutcome(Protocol):
+    """An UpdateFeatures decision and, if the write failed, why."""
+
+    @property
+    def plan(self) -> UpdatePlan:
+        """The decision on the request."""
+        ...
+
+    @property
+    def write_error(self) -> FeatureError | None:
+        """Set when the plan was valid but the write failed (compare-and-set lost)."""
+        ...
+
+
+class FeaturePort(Protocol):
+    """The sidecar's KIP-584 features: supported here, finalized in ``/feature`` (watched)."""
+
+    @property
+    def snapshot(self) -> FeatureSnapshot:
+        """Supported and finalized features now (a new object on every change)."""
+        ...
+
+    def owns(self, feature: str) -> bool:
+        """True for a feature the sidecar decides (the broker decides the others)."""
+        ...
+
+    async def update(self, updates: Sequence[FeatureUpdate], *, validate_only: bool) -> FeatureOutcome:
+        """Judge the updates and write them compare-and-set (unless ``validate_only``)."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class Ports:
     """Everything a local API may reach; ``None`` where this sidecar has no such part."""
@@ -190,3 +222,5 @@ class Ports:
     super_users: frozenset[str] = frozenset()
     #: Kafka ACLs (``sidecar.authorizer=acls``), else ``None``.
     acls: AclDirectory | None = None
+    #: KIP-584 features (with ZooKeeper), else ``None``.
+    features: FeaturePort | None = None
