@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from coordinator.features import merge_api_versions_features
 from protocol.apis import API_VERSIONS, DEFAULT_REGISTRY, ApiRegistry
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.schema import decode, encode
@@ -105,6 +106,7 @@ class ApiVersionsApi:
         self.registry = registry
         self._served = served
         self._info: object = None
+        self._features: object = None
         self._answers: dict[tuple[int, bytes], tuple[int, bytes]] = {}
 
     def entry(self) -> LocalApi:
@@ -117,13 +119,20 @@ class ApiVersionsApi:
     def handle(self, request: LocalRequest, context: Context) -> Answer:
         """Answer one ApiVersions request."""
         info = context.ports.upstream.info
-        if info is not self._info:
-            self._info, self._answers = info, {}
+        # KIP-584: the sidecar's own features (a new snapshot on every /feature change) are
+        # merged with the broker's; either changing makes a new answer.
+        snapshot = context.ports.features.snapshot if context.ports.features is not None else None
+        if info is not self._info or snapshot is not self._features:
+            self._info, self._features, self._answers = info, snapshot, {}
         key = (request.version, request.raw)
         answer = self._answers.get(key)
         if answer is None:
             ranges = advertised_ranges(self.registry, info.api_versions if info else None, self._served())
-            features = info.api_versions_body if info is not None else None
+            features: Mapping[str, Any] | None = info.api_versions_body if info is not None else None
+            if snapshot is not None:
+                hidden = snapshot.disabled_keys()  # gated off below their feature level
+                ranges = [r for r in ranges if r[0] not in hidden]
+                features = merge_api_versions_features(features, snapshot)
             answer = handle_api_versions(self.registry, request.version, request.raw, ranges, features)
             if len(self._answers) < MAX_CACHED_ANSWERS:
                 self._answers[key] = answer
