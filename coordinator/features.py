@@ -92,9 +92,17 @@ def parse_supported_override(text: str) -> dict[str, SupportedRange]:
     return result
 
 
-#: Levels a fresh ``/feature`` finalizes: 0 everywhere (the old behaviour), so a rolling
-#: upgrade changes nothing until the operator raises a level.
-DEFAULT_LEVELS: dict[str, int] = {GROUP_VERSION: 0, AUDIT_FORMAT: 0}
+#: Levels a fresh ``/feature`` finalizes (clipped to the creator's range,
+#: :func:`default_levels`). ``group.version`` 1 is Kafka 4.0's default and what the embedded
+#: coordinator served before features existed (KIP-848 on); the audit format stays at the
+#: old level until the operator finalizes the new one.
+DEFAULT_LEVELS: dict[str, int] = {GROUP_VERSION: 1, AUDIT_FORMAT: 0}
+
+
+def default_levels(supported: Mapping[str, SupportedRange]) -> dict[str, int]:
+    """What the first sidecar writes to a missing ``/feature``: defaults within its ranges."""
+    return {name: min(max(level, supported[name].min), supported[name].max)
+            for name, level in DEFAULT_LEVELS.items() if name in supported}
 
 
 # -- the /feature node and registrations ---------------------------------------------------

@@ -27,7 +27,6 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from coordinator.features import (
-    DEFAULT_LEVELS,
     FEATURE_PATH,
     FeatureError,
     FeatureSnapshot,
@@ -37,6 +36,7 @@ from coordinator.features import (
     check_startup,
     concurrent_update_error,
     decode_feature_znode,
+    default_levels,
     encode_feature_znode,
     parse_registration_features,
     plan_update,
@@ -104,9 +104,8 @@ class FeatureState:
             return client.get(FEATURE_PATH)  # type: ignore[no-any-return]
         except NoNodeError:
             pass
-        defaults = {name: level for name, level in DEFAULT_LEVELS.items() if name in self.supported}
         try:
-            client.create(FEATURE_PATH, encode_feature_znode(defaults))
+            client.create(FEATURE_PATH, encode_feature_znode(default_levels(self.supported)))
             log.info("created %s from this release's defaults", FEATURE_PATH)
         except NodeExistsError:
             pass  # another sidecar finalized first: its node stands

@@ -21,6 +21,7 @@ from coordinator.features import (
     check_update,
     concurrent_update_error,
     decode_feature_znode,
+    default_levels,
     encode_feature_znode,
     merge_api_versions_features,
     parse_registration_features,
@@ -174,3 +175,8 @@ def test_merged_epoch_never_goes_backwards(broker: int, ours: int, more_broker: 
 def test_concurrent_error() -> None:
     error = concurrent_update_error(4)
     assert error.code == FEATURE_UPDATE_FAILED and "epoch 4" in error.message
+
+
+def test_defaults_within_the_creators_range() -> None:
+    assert default_levels(OURS) == {GROUP_VERSION: 1, AUDIT_FORMAT: 0}
+    assert default_levels({GROUP_VERSION: SupportedRange(0, 0)}) == {GROUP_VERSION: 0}
