@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinator.core import SERVED_API_VERSIONS, GroupCoordinator
+from coordinator.features import GATED_APIS
 from coordinator.messages.admin import (
     KEY_TYPE_GROUP,
     DeleteGroupsRequest,
@@ -126,6 +127,9 @@ def handler(call_for: CallFor) -> Handler:
 
     def handle(request: LocalRequest, context: Context) -> Answer:
         version = request.version
+        refusal = _gated_off(request, context)
+        if refusal is not None:
+            return Respond(body=refusal)
         outcome = _port(context).run(call_for(request, context))
         if not isinstance(outcome, Pending):
             return Respond(body=outcome.to_wire(version))
@@ -138,6 +142,27 @@ def handler(call_for: CallFor) -> Handler:
         return Later(answer=answer)
 
     return handle
+
+
+UNSUPPORTED_VERSION = 35
+CONSUMER_GROUP_DESCRIBE = 69
+
+
+def _gated_off(request: LocalRequest, context: Context) -> dict[str, Any] | None:
+    """UNSUPPORTED_VERSION while the API's feature is finalized below its level (KIP-584:
+    ``group.version`` < 1 keeps KIP-848 off); read per request, so an upgrade needs no restart."""
+    gate = GATED_APIS.get(request.api_key)
+    features = context.ports.features
+    if gate is None or features is None or request.api_key not in features.snapshot.disabled_keys():
+        return None
+    name, level = gate
+    message = (f"{name} is finalized at level {features.snapshot.level(name)}; this API needs level "
+               f"{level} (kafka-features upgrade --feature {name}={level})")
+    if request.api_key == CONSUMER_GROUP_DESCRIBE:
+        return {"ThrottleTimeMs": 0, "Groups": [
+            {"GroupId": group, "ErrorCode": UNSUPPORTED_VERSION, "ErrorMessage": message}
+            for group in _body(request)["GroupIds"]]}
+    return {"ThrottleTimeMs": 0, "ErrorCode": UNSUPPORTED_VERSION, "ErrorMessage": message}
 
 
 def _group_keys_only(registry: ApiRegistry) -> Callable[[RequestHeader, memoryview, Context], bool]:
