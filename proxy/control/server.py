@@ -319,7 +319,8 @@ class Sidecar:
         table = build_table(
             self.registry,
             TableSpec(sasl=sasl, scram_credentials=self.ports.users is not None,
-                      groups=self.groups is not None, acls=self.acls is not None),
+                      groups=self.groups is not None, acls=self.acls is not None,
+                      features=self.features is not None),
         )
         rewriter = Rewriter(OwnAddressFirst(self, self.address_book), listener, self._unmapped)
         router = Router(self.registry, table, self.upstream, rewriter,

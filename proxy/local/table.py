@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.apis import ApiRegistry
-from proxy.local import acls, broker_metadata, client_quotas, groups, scram_credentials
+from proxy.local import acls, broker_metadata, client_quotas, features, groups, scram_credentials
 from proxy.local.api import LocalApi, LocalApiTable
 from proxy.local.api_versions import ApiVersionsApi
 from proxy.local.sasl import SaslApis
@@ -27,6 +27,8 @@ class TableSpec:
     groups: bool = False
     #: Describe/Create/DeleteAcls (``sidecar.authorizer=acls``).
     acls: bool = False
+    #: UpdateFeatures for the sidecar's KIP-584 features (with ZooKeeper).
+    features: bool = False
 
 
 def build_table(registry: ApiRegistry, spec: TableSpec) -> LocalApiTable:
@@ -44,5 +46,7 @@ def build_table(registry: ApiRegistry, spec: TableSpec) -> LocalApiTable:
         served.extend(groups.entries(registry))
     if spec.acls:
         served.extend(acls.entries(registry))
+    if spec.features:
+        served.append(features.entry(registry))
     table = LocalApiTable(served, raw_token=spec.sasl.raw_token if spec.sasl is not None else None)
     return table

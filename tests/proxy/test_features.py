@@ -1,0 +1,131 @@
+"""KIP-584 across a sidecar fleet: real ZooKeeper, a real broker, three in-process sidecars.
+
+Sidecar 111 and 112 support every level of this release; 113 plays an older release
+(``sidecar.features.supported.override``: ``ksidecar.audit.format`` 0-0). Requests go over
+the wire with the CLI's admin client; expectations are written out by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+from kazoo.client import KazooClient
+
+from coordinator.features import IncompatibleFeatures
+from proxy.control.server import Sidecar
+from proxy.tools.admin_client import AdminClient
+from proxy.tools.rig.zookeeper import ZooKeeperServer
+from tests.proxy.conftest import StartSidecar, sidecar_keys
+
+pytestmark = pytest.mark.integration
+
+UPDATE, SAFE = 1, 2
+
+
+def call(sidecar: Sidecar, key: int, version: int, body: dict[str, Any]) -> Any:
+    with AdminClient(f"127.0.0.1:{sidecar.bound['PLAINTEXT'].port}") as client:
+        return client.call(key, version, body)
+
+
+def api_versions(sidecar: Sidecar) -> Any:
+    return call(sidecar, 18, 3, {"ClientSoftwareName": "test", "ClientSoftwareVersion": "1"})
+
+
+def finalized(answer: Any) -> dict[str, int]:
+    return {f.Name: f.MaxVersionLevel for f in answer.FinalizedFeatures}
+
+
+def update(sidecar: Sidecar, version: int, *updates: tuple[str, int, int], validate_only: bool = False) -> Any:
+    entries = [({"Feature": f, "MaxVersionLevel": level, "AllowDowngrade": kind != UPDATE} if version == 0
+                else {"Feature": f, "MaxVersionLevel": level, "UpgradeType": kind}) for f, level, kind in updates]
+    return call(sidecar, 57, version, {"timeoutMs": 10000, "FeatureUpdates": entries, "ValidateOnly": validate_only})
+
+
+def read_node(connect: str, path: str) -> tuple[Any, int]:
+    zk = KazooClient(hosts=connect, timeout=10)
+    zk.start(timeout=10)
+    try:
+        raw, stat = zk.get(path)
+        return json.loads(raw), stat.version
+    finally:
+        zk.stop()
+        zk.close()
+
+
+async def test_fleet(start_sidecar: StartSidecar, zookeeper: ZooKeeperServer, zk_path: str, tansu: Any) -> None:
+    connect = zookeeper.connect_string(zk_path)
+    common = {"zookeeper_connect": connect, "sidecar_coordinator": "embedded", "super_users": "User:ANONYMOUS"}
+    a = await start_sidecar(sidecar_keys(tansu.bootstrap, broker_id="111", **common))
+    b = await start_sidecar(sidecar_keys(tansu.bootstrap, broker_id="112", **common))
+    c = await start_sidecar(sidecar_keys(
+        tansu.bootstrap, broker_id="113", sidecar_features_supported_override="group.version=0-1,"
+        "ksidecar.audit.format=0-0", **{**common, "super_users": ""}))
+    run = trio.to_thread.run_sync
+
+    # /feature was created from the defaults; registrations carry Kafka's features field.
+    node, epoch = await run(read_node, connect, "/feature")
+    assert node == {"version": 2, "status": 1, "features": {"group.version": {"max_version_level": 1}}}
+    registration, _ = await run(read_node, connect, "/brokers/ids/113")
+    assert registration["features"] == {"group.version": {"min_version": 0, "max_version": 1},
+                                        "ksidecar.audit.format": {"min_version": 0, "max_version": 0}}
+    answer = await run(api_versions, a)
+    assert finalized(answer) == {"group.version": 1}
+    supported = {f.Name: (f.MinVersion, f.MaxVersion) for f in answer.SupportedFeatures}
+    assert supported["group.version"] == (0, 1) and supported["ksidecar.audit.format"] == (0, 1)
+    broker_epoch = answer.FinalizedFeaturesEpoch - epoch
+
+    # Not a super user: refused before anything else.
+    refused = await run(update, c, 1, ("group.version", 0, SAFE))
+    assert refused.ErrorCode == 31 and refused.Results[0].ErrorCode == 31
+    # Beyond 113's range: refused naming it.
+    refused = await run(update, a, 1, ("ksidecar.audit.format", 1, UPDATE))
+    assert refused.ErrorCode == 42
+    assert refused.Results[0].ErrorMessage == (
+        "Could not apply finalized feature update because brokers were found to have incompatible versions "
+        "for the feature ksidecar.audit.format at versionLevel:1: sidecar 113 supports [0, 0].")
+    # A downgrade without the flag: refused (v0 names allowDowngrade, v2 answers at the top level).
+    refused = await run(update, b, 0, ("group.version", 0, UPDATE))
+    assert refused.Results[0].ErrorMessage == ("Can not provide versionLevel: 0 less than 1 without setting "
+                                               "the allowDowngrade flag to true in the request.")
+    refused = await run(update, b, 2, ("group.version", 0, UPDATE))
+    assert (refused.ErrorCode, refused.ErrorMessage) == (42, "Can not provide versionLevel: 0 less than 1 "
+                                                         "without setting the downgradeType to either SAFE or "
+                                                         "UNSAFE in the request.")
+    # Mixed with a broker feature: refused, saying why.
+    refused = await run(update, a, 2, ("group.version", 0, SAFE), ("metadata.version", 20, UPDATE))
+    assert refused.ErrorCode == 42 and "separate requests" in refused.ErrorMessage
+    # ValidateOnly writes nothing.
+    ok = await run(lambda: update(a, 1, ("group.version", 0, SAFE), validate_only=True))
+    assert ok.ErrorCode == 0 and (await run(read_node, connect, "/feature"))[1] == epoch
+
+    # A valid downgrade through 112: every sidecar sees the new epoch within a second, KIP-848 off.
+    ok = await run(update, b, 1, ("group.version", 0, SAFE))
+    assert ok.ErrorCode == 0 and ok.Results[0].ErrorCode == 0
+    with trio.fail_after(1):
+        for sidecar in (a, b, c):
+            while (await run(api_versions, sidecar)).FinalizedFeaturesEpoch != broker_epoch + epoch + 1:
+                await trio.sleep(0.05)
+    answer = await run(api_versions, a)
+    assert finalized(answer) == {} and not {k.ApiKey for k in answer.ApiKeys} & {68, 69}
+    heartbeat = await run(call, a, 68, 0, {"GroupId": "g", "MemberId": "m", "MemberEpoch": 0,
+                                            "RebalanceTimeoutMs": 1000, "SubscribedTopicNames": ["t"],
+                                            "TopicPartitions": []})
+    assert heartbeat.ErrorCode == 35
+
+    # Upgrade again through 113's peer 111: KIP-848 is back on every sidecar, no restart.
+    ok = await run(update, a, 2, ("group.version", 1, UPDATE))
+    assert ok.ErrorCode == 0
+    with trio.fail_after(1):
+        while not {k.ApiKey for k in (await run(api_versions, c)).ApiKeys} >= {68, 69}:
+            await trio.sleep(0.05)
+
+    # A fourth sidecar whose range excludes the finalized level refuses to start.
+    with pytest.raises(BaseException) as caught:
+        await start_sidecar(sidecar_keys(tansu.bootstrap, broker_id="114",
+                                         sidecar_features_supported_override="group.version=0-0", **common))
+    assert "group.version is finalized at level 1" in repr(caught.value)
+    assert caught.group_contains(IncompatibleFeatures) if isinstance(caught.value, BaseExceptionGroup) else \
+        isinstance(caught.value, IncompatibleFeatures)
