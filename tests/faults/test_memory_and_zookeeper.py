@@ -4,10 +4,10 @@
   stop. Unbounded, the sidecar holds all three (about 117 MiB more RSS); bounded at
   20 MiB, it holds the one frame it started (the pool goes over for a frame once started,
   as Kafka's does) and does not read the others.
-* A ZooKeeper session expiry (ZooKeeper stopped with SIGSTOP for longer than the session
-  timeout, then resumed, so it expires the session itself): Metadata through the sidecar
-  names the sidecar's own broker, at its own address, in every answer before, during and
-  after the re-registration.
+* A ZooKeeper session expiry (the sidecar frozen with SIGSTOP for longer than its session
+  timeout, so ZooKeeper expires the session): Metadata through the sidecar names the
+  sidecar's own broker, at its own address, in every answer before and after the
+  re-registration.
 """
 
 from __future__ import annotations
@@ -91,11 +91,14 @@ def test_own_broker_is_listed_across_a_zookeeper_session_expiry(
                     time.sleep(0.02)
 
             ask(1.0)
-            os.kill(zk.process.pid or 0, signal.SIGSTOP)
+            # The sidecar is frozen longer than its session timeout, so ZooKeeper (running)
+            # expires the session; when it resumes, kazoo learns it on reconnecting. (Freezing
+            # ZooKeeper instead races its expiry thread against the client's reconnect.)
+            os.kill(sidecar.process.pid or 0, signal.SIGSTOP)
             try:
-                ask(6.0)  # longer than the session timeout
+                time.sleep(7.0)
             finally:
-                os.kill(zk.process.pid or 0, signal.SIGCONT)
+                os.kill(sidecar.process.pid or 0, signal.SIGCONT)
             ask(6.0)  # expiry noticed, re-registration, the watch rebuilt
             log = sidecar.log_path.read_text()
         assert "registering /brokers/ids" in log, "the session did not expire: the test proves nothing"
