@@ -23,9 +23,10 @@ import sys
 
 import trio
 
+from coordinator.features import IncompatibleFeatures
 from proxy.config import ConfigError, SidecarConfig, load_config
 from proxy.config.properties import PropertiesError
-from proxy.tools import acls_cli, groups_cli, quotas_cli, users_cli
+from proxy.tools import acls_cli, features_cli, groups_cli, quotas_cli, users_cli
 from spark_jobs import options as audit_options
 
 log = logging.getLogger("ksidecar")
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     quotas_cli.add_parser(sub)
     groups_cli.add_parser(sub)
     acls_cli.add_parser(sub)
+    features_cli.add_parser(sub)
     users_cli.add_parser(sub)
     audit_options.add_audit_command(sub)
     args = parser.parse_args(argv)
@@ -105,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         return groups_cli.run(args)
     if args.command == "acls":
         return acls_cli.run(args)
+    if args.command == "features":
+        return features_cli.run(args)
     if args.command == "users":
         return users_cli.run(args)
     if args.command == "audit":
@@ -128,6 +132,15 @@ def main(argv: list[str] | None = None) -> int:
         abandoned = trio.run(run_sidecar, config)
     except ConfigError as exc:
         print(f"ksidecar: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except BaseExceptionGroup as group:  # the finalized features exclude this release (KIP-584)
+        incompatible, rest = group.split(IncompatibleFeatures)
+        if incompatible is None or rest is not None:
+            raise
+        print(f"ksidecar: cannot start: {incompatible.exceptions[0]}", file=sys.stderr)
+        return 2
+    except IncompatibleFeatures as exc:
+        print(f"ksidecar: cannot start: {exc}", file=sys.stderr)
         return 2
     return EXIT_ABANDONED if abandoned else 0
 

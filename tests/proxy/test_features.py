@@ -7,6 +7,9 @@ the wire with the CLI's admin client; expectations are written out by hand.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
 from typing import Any
 
@@ -16,6 +19,7 @@ from kazoo.client import KazooClient
 
 from coordinator.features import IncompatibleFeatures
 from proxy.control.server import Sidecar
+from proxy.tools import features_cli
 from proxy.tools.admin_client import AdminClient
 from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
@@ -121,6 +125,26 @@ async def test_fleet(start_sidecar: StartSidecar, zookeeper: ZooKeeperServer, zk
     with trio.fail_after(1):
         while not {k.ApiKey for k in (await run(api_versions, c)).ApiKeys} >= {68, 69}:
             await trio.sleep(0.05)
+
+    # The CLI, over the wire: describe in FeatureCommand's format, a dry run, a refused upgrade.
+    def cli(*argv: str) -> tuple[int, str]:
+        parser = argparse.ArgumentParser()
+        features_cli.add_parser(parser.add_subparsers(dest="command"))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = features_cli.run(parser.parse_args(
+                ["features", "--bootstrap-server", f"127.0.0.1:{b.bound['PLAINTEXT'].port}", *argv]))
+        return code, out.getvalue()
+
+    epoch_now = (await run(api_versions, b)).FinalizedFeaturesEpoch
+    code, text = await run(cli, "describe")
+    assert code == 0
+    assert (f"Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1"
+            f"\tEpoch: {epoch_now}") in text.splitlines()
+    assert await run(cli, "disable", "--feature", "group.version", "--dry-run") == (
+        0, "group.version can be disabled.\n")
+    code, text = await run(cli, "upgrade", "--feature", "ksidecar.audit.format=1")
+    assert code == 1 and text.startswith("Could not upgrade ksidecar.audit.format to 1. Could not apply")
 
     # A fourth sidecar whose range excludes the finalized level refuses to start.
     with pytest.raises(BaseException) as caught:
