@@ -153,3 +153,42 @@ async def test_fleet(start_sidecar: StartSidecar, zookeeper: ZooKeeperServer, zk
     assert "group.version is finalized at level 1" in repr(caught.value)
     assert caught.group_contains(IncompatibleFeatures) if isinstance(caught.value, BaseExceptionGroup) else \
         isinstance(caught.value, IncompatibleFeatures)
+
+
+async def test_kafka_python_admin(start_sidecar: StartSidecar, zookeeper: ZooKeeperServer, zk_path: str,
+                                  tansu: Any) -> None:
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import InvalidRequestError
+
+    connect = zookeeper.connect_string(zk_path)
+    common = {"zookeeper_connect": connect, "sidecar_coordinator": "embedded", "super_users": "User:ANONYMOUS"}
+    a = await start_sidecar(sidecar_keys(tansu.bootstrap, broker_id="111", **common))
+    b = await start_sidecar(sidecar_keys(tansu.bootstrap, broker_id="112", **common))
+
+    def admin_calls() -> tuple[Any, Any, Any, Any]:
+        admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{b.bound['PLAINTEXT'].port}",
+                                 request_timeout_ms=10000)
+        try:
+            before = admin.describe_features()
+            try:
+                refused: Any = admin.update_features({"ksidecar.audit.format": 7})
+            except InvalidRequestError as exc:  # v2 answers refusals at the top level
+                refused = exc
+            applied = admin.update_features({"group.version": ("SAFE_DOWNGRADE", 0)})
+            after = admin.describe_features()
+            return before, refused, applied, after
+        finally:
+            admin.close()
+
+    before, refused, applied, after = await trio.to_thread.run_sync(admin_calls)
+    # kafka-python 3.0's shape: {name: {"supported": (min, max), "finalized": (min, max), "finalized_epoch": e}}.
+    assert before["group.version"]["supported"] == (0, 1)
+    assert before["group.version"]["finalized"] == (1, 1)
+    assert isinstance(refused, InvalidRequestError)
+    assert "provided versionLevel:7 of ksidecar.audit.format is outside the supported range [0, 1]" in str(refused)
+    assert applied == {"group.version": "OK"}
+    assert "finalized" not in after["group.version"]
+    assert after["ksidecar.audit.format"]["supported"] == (0, 1)
+    with trio.fail_after(1):
+        while (await trio.to_thread.run_sync(api_versions, a)).FinalizedFeatures:
+            await trio.sleep(0.05)
