@@ -192,3 +192,32 @@ async def test_kafka_python_admin(start_sidecar: StartSidecar, zookeeper: ZooKee
     with trio.fail_after(1):
         while (await trio.to_thread.run_sync(api_versions, a)).FinalizedFeatures:
             await trio.sleep(0.05)
+
+
+async def test_concurrent_updates_one_wins(start_sidecar: StartSidecar, zookeeper: ZooKeeperServer,
+                                           zk_path: str, tansu: Any) -> None:
+    """Another writer changes /feature between this sidecar's read and its write: ours loses."""
+    connect = zookeeper.connect_string(zk_path)
+    a = await start_sidecar(sidecar_keys(tansu.bootstrap, broker_id="111", zookeeper_connect=connect,
+                                         sidecar_coordinator="embedded", super_users="User:ANONYMOUS"))
+    assert a.zk is not None
+    client, real_get, raced = a.zk.client, a.zk.client.get, []
+
+    def get_then_race(path: str, *args: Any, **kwargs: Any) -> Any:
+        found = real_get(path, *args, **kwargs)
+        if path == "/feature" and not raced:  # the other writer: bump the version under us
+            raced.append(client.set("/feature", found[0]).version)
+        return found
+
+    client.get = get_then_race  # type: ignore[method-assign]
+    try:
+        lost = await trio.to_thread.run_sync(update, a, 2, ("group.version", 0, SAFE))
+    finally:
+        client.get = real_get  # type: ignore[method-assign]
+    assert lost.ErrorCode == 96
+    assert lost.ErrorMessage == (f"Failed to update the finalized features: /feature changed concurrently "
+                                 f"(epoch {raced[0] - 1} is no longer current); read the features again and retry.")
+    node, _ = await trio.to_thread.run_sync(read_node, connect, "/feature")
+    assert node["features"] == {"group.version": {"max_version_level": 1}}  # nothing of ours was written
+    won = await trio.to_thread.run_sync(update, a, 2, ("group.version", 0, SAFE))
+    assert won.ErrorCode == 0
