@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import io
 import json
+import time
 from typing import Any
 
 import pytest
@@ -221,3 +222,67 @@ async def test_concurrent_updates_one_wins(start_sidecar: StartSidecar, zookeepe
     assert node["features"] == {"group.version": {"max_version_level": 1}}  # nothing of ours was written
     won = await trio.to_thread.run_sync(update, a, 2, ("group.version", 0, SAFE))
     assert won.ErrorCode == 0
+
+
+class _Log:
+    """librdkafka's log lines (it reports a missing KIP-848 API in its log, not as an error)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        self.lines.append(fmt % args if args else fmt)
+
+
+@pytest.mark.slow
+async def test_group_version_upgraded_live_with_confluent_kafka(
+        start_sidecar: StartSidecar, zookeeper: ZooKeeperServer, zk_path: str, tansu: Any) -> None:
+    """group.version 0: a KIP-848 consumer fails cleanly; after the upgrade a new one consumes."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient as ConfluentAdmin
+    from confluent_kafka.admin import NewTopic
+
+    connect = zookeeper.connect_string(zk_path)
+    a = await start_sidecar(sidecar_keys(
+        tansu.bootstrap, broker_id="111", zookeeper_connect=connect, sidecar_coordinator="embedded",
+        super_users="User:ANONYMOUS", group_consumer_heartbeat_interval_ms="500"))
+    bootstrap = f"127.0.0.1:{a.bound['PLAINTEXT'].port}"
+    topic = f"features-{zk_path.rsplit('-', 1)[-1]}"
+    assert (await trio.to_thread.run_sync(update, a, 2, ("group.version", 0, SAFE))).ErrorCode == 0
+
+    def produce() -> None:
+        admin = ConfluentAdmin({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for i in range(10):
+            producer.produce(topic, value=str(i).encode())
+        assert producer.flush(10) == 0
+
+    def consume(seconds: float) -> tuple[list[bytes], list[str]]:
+        values: list[bytes] = []
+        errors: list[Any] = []
+        log = _Log()
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "group.protocol": "consumer",
+                             "auto.offset.reset": "earliest", "error_cb": errors.append, "debug": "cgrp", "logger": log})
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline and len(values) < 10:
+                message = consumer.poll(0.2)
+                if message is None:
+                    continue
+                if message.error():
+                    errors.append(message.error())
+                else:
+                    values.append(message.value())
+        finally:
+            consumer.close()
+        return values, [str(e) for e in errors] + log.lines
+
+    await trio.to_thread.run_sync(produce)
+    values, lines = await trio.to_thread.run_sync(consume, 5.0)
+    assert values == [], "KIP-848 must not work below group.version 1"
+    assert any("ConsumerGroupHeartbeatRequest not supported by broker" in line for line in lines)
+    assert (await trio.to_thread.run_sync(update, a, 2, ("group.version", 1, UPDATE))).ErrorCode == 0
+    values, _ = await trio.to_thread.run_sync(consume, 30.0)
+    assert sorted(values) == [str(i).encode() for i in range(10)]
