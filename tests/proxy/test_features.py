@@ -202,7 +202,8 @@ async def test_concurrent_updates_one_wins(start_sidecar: StartSidecar, zookeepe
     a = await start_sidecar(sidecar_keys(tansu.bootstrap, broker_id="111", zookeeper_connect=connect,
                                          sidecar_coordinator="embedded", super_users="User:ANONYMOUS"))
     assert a.zk is not None
-    client, real_get, raced = a.zk.client, a.zk.client.get, []
+    client, real_get = a.zk.client, a.zk.client.get
+    raced: list[int] = []
 
     def get_then_race(path: str, *args: Any, **kwargs: Any) -> Any:
         found = real_get(path, *args, **kwargs)
@@ -210,11 +211,11 @@ async def test_concurrent_updates_one_wins(start_sidecar: StartSidecar, zookeepe
             raced.append(client.set("/feature", found[0]).version)
         return found
 
-    client.get = get_then_race  # type: ignore[method-assign]
+    client.get = get_then_race
     try:
         lost = await trio.to_thread.run_sync(update, a, 2, ("group.version", 0, SAFE))
     finally:
-        client.get = real_get  # type: ignore[method-assign]
+        client.get = real_get
     assert lost.ErrorCode == 96
     assert lost.ErrorMessage == (f"Failed to update the finalized features: /feature changed concurrently "
                                  f"(epoch {raced[0] - 1} is no longer current); read the features again and retry.")
@@ -240,7 +241,7 @@ async def test_group_version_upgraded_live_with_confluent_kafka(
     """group.version 0: a KIP-848 consumer fails cleanly; after the upgrade a new one consumes."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient as ConfluentAdmin
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.cimpl import NewTopic
 
     connect = zookeeper.connect_string(zk_path)
     a = await start_sidecar(sidecar_keys(
@@ -274,7 +275,7 @@ async def test_group_version_upgraded_live_with_confluent_kafka(
                 if message.error():
                     errors.append(message.error())
                 else:
-                    values.append(message.value())
+                    values.append(message.value() or b"")
         finally:
             consumer.close()
         return values, [str(e) for e in errors] + log.lines
