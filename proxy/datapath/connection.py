@@ -277,6 +277,12 @@ class Connection:
                 await self._on_request(frame, parts)
             await self._send_upstream(parts)
             if memory.limit is not None and decoder.pending != self._held:
+                if self._held == 0 and memory.full:
+                    # A new frame while the pool is full: its body is not read until there
+                    # is room (Kafka grants a request its memory before reading it). Every
+                    # pump may already be in a read when the pool fills; this is where the
+                    # ones that were not first wait.
+                    await memory.wait_for_room()
                 memory.change(decoder.pending - self._held)
                 self._held = decoder.pending
         # Draining: no more requests; let the writer finish what is in flight.
