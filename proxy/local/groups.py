@@ -122,15 +122,15 @@ def _port(context: Context) -> GroupPort:
     return groups
 
 
-def handler(call_for: CallFor) -> Handler:
-    """The local-API handler of one group API."""
+def handler(call_for: CallFor, api: str) -> Handler:
+    """The local-API handler of one group API (``api``: its name, for metrics)."""
 
     def handle(request: LocalRequest, context: Context) -> Answer:
         version = request.version
         refusal = _gated_off(request, context)
         if refusal is not None:
             return Respond(body=refusal)
-        outcome = _port(context).run(call_for(request, context))
+        outcome = _port(context).run(call_for(request, context), api)
         if not isinstance(outcome, Pending):
             return Respond(body=outcome.to_wire(version))
         pending: Pending[Response] = outcome
@@ -191,7 +191,7 @@ def entries(registry: ApiRegistry) -> list[LocalApi]:
             assert api.versions.hi is not None
             served = (api.versions.lo, api.versions.hi)
         out.append(LocalApi(
-            key=key, name=api.name, versions=served, handler=handler(call_for),
+            key=key, name=api.name, versions=served, handler=handler(call_for, api.name),
             takes=_group_keys_only(registry) if key == FIND_COORDINATOR else None,
         ))
     return out

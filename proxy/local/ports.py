@@ -144,8 +144,9 @@ GroupCall = Callable[[GroupCoordinator, int], "Step[Any]"]
 class GroupPort(Protocol):
     """The embedded consumer-group coordinator (:mod:`coordinator`), as local APIs reach it."""
 
-    def run(self, call: GroupCall) -> Response | Pending[Response]:
-        """Run ``call`` on the core: its answer now, or a :class:`Pending` one."""
+    def run(self, call: GroupCall, api: str = "") -> Response | Pending[Response]:
+        """Run ``call`` (the request of API ``api``) on the core: its answer now, or a
+        :class:`Pending` one."""
         ...
 
     def coordinator_address(self, listener: str) -> tuple[int, str, int]:

@@ -247,6 +247,10 @@ async def test_group_reads_every_record_once(
     assert max(seen.values()) == 1, f"{sum(1 for v in seen.values() if v > 1)} record(s) read twice"
     stored = await trio.to_thread.run_sync(offsets_in_zookeeper, zookeeper.connect, chroot, group, topic)
     assert stored == {p: len(range(p, RECORDS, PARTITIONS)) for p in range(PARTITIONS)}
+    handled = sidecar.metrics.registry.get_sample_value(
+        "ksidecar_group_request_handling_seconds_count",
+        {"api": "ConsumerGroupHeartbeat" if extra.get("group.protocol") == "consumer" else "Heartbeat"})
+    assert handled is not None and handled > 0  # the heartbeat handling time is measured
     # The group restarted: it resumes from the committed offsets and reads only what is new.
     await trio.to_thread.run_sync(produce_more, bootstrap, topic, 600)
     seen.clear()
