@@ -115,6 +115,16 @@ def compare(
     ratio("sidecar", "direct")
     ratio("peer", "direct")
     ratio("sidecar", "peer")
+    ratio("relay", "direct")
+    if workload.per_request and "direct" in targets:
+        # Time added per request, from throughputs (closed loop, one in flight): 1/x − 1/direct.
+        base = 1e6 / targets["direct"].median
+        for name in ("relay", "sidecar", "peer"):
+            if name in targets and targets[name].median:
+                out[f"{name}_added_us"] = 1e6 / targets[name].median - base
+        relay = out.get("relay_added_us")
+        if relay and relay > 0 and "sidecar_added_us" in out:
+            out["sidecar_added/relay_added"] = out["sidecar_added_us"] / relay
     return out
 
 
@@ -189,7 +199,7 @@ class BackgroundProbe:
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
-        self.pids = [stack.pid(t) for t in TARGETS] + [os.getpid()]
+        self.pids = [stack.pid(t) for t in TARGETS] + [os.getpid(), *stack.broker_pids()]
         if stack.relay is not None:
             self.pids.append(stack.pid("relay"))
         self.t0 = time.perf_counter()

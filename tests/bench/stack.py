@@ -4,8 +4,10 @@
 * **sidecar**: a real ``ksidecar run`` subprocess in front of it (its own process and
   GIL, as in production);
 * **peer**: Tansu's own Kafka proxy (Rust) in front of the same broker;
-* **relay**: a minimal TCP relay (:mod:`tests.bench.relay`), for latency only: the floor
-  of what an extra userspace hop costs here.
+* **relay**: a minimal TCP relay (:mod:`tests.bench.relay`): the floor of what an extra
+  userspace hop costs here. It fronts a broker of its own that advertises the relay's
+  port, so a client library that follows Metadata (confluent-kafka) keeps every request
+  on the relay instead of bypassing it after bootstrap.
 
 Tansu keeps every record in memory, so heavy workloads get a fresh stack
 (:meth:`Stack.restart`). Every process is stopped by its PID (``ManagedProcess``).
@@ -19,15 +21,21 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxy.tools.rig.ports import LOOPBACK
+from proxy.tools.rig.ports import LOOPBACK, free_port
 from proxy.tools.rig.process import ManagedProcess, Service, start_on_port
 from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
-from proxy.tools.rig.tansu import TansuServer, start_broker, start_proxy
+from proxy.tools.rig.tansu import (
+    TansuServer,
+    _tansu_process,  # the broker's environment and readiness probe, reused as they are
+    find_tansu,
+    start_broker,
+    start_proxy,
+)
 from tests.bench import procfs
 
 TARGETS = ("direct", "sidecar", "peer")
 """Where a workload sends its traffic: the broker, through the sidecar, through the peer."""
-#: The latency workloads also measure the minimal relay.
+#: The latency workloads (and the one-in-flight produce) also measure the minimal relay.
 LATENCY_TARGETS = ("direct", "relay", "sidecar", "peer")
 
 #: Sidecar settings for benchmarking: idle connections must stay open for the RSS test.
@@ -43,6 +51,8 @@ class Stack:
     sidecar: SidecarServer | None = None
     peer: TansuServer | None = None
     relay: Service | None = None
+    #: The broker behind the relay (advertising the relay's address).
+    relayed: TansuServer | None = None
     generation: int = 0
     extra_keys: dict[str, str] = field(default_factory=dict)
 
@@ -57,7 +67,7 @@ class Stack:
                 logs, self.broker.bootstrap, keys={**SIDECAR_KEYS, **self.extra_keys}
             )
             self.peer = start_proxy(logs, self.broker.bootstrap)
-            self.relay = start_relay(logs, self.broker.host, self.broker.port)
+            self.relayed, self.relay = start_relay(logs)
         except BaseException:
             self.stop()
             raise
@@ -65,7 +75,7 @@ class Stack:
 
     def stop(self) -> None:
         """Stop whatever runs (peer and sidecar first)."""
-        for name in ("relay", "peer", "sidecar", "broker"):
+        for name in ("relay", "relayed", "peer", "sidecar", "broker"):
             service: Service | None = getattr(self, name)
             if service is not None:
                 with contextlib.suppress(Exception):
@@ -114,21 +124,55 @@ class Stack:
         """The broker itself (for setup: topics, pre-filling)."""
         return self.address("direct")
 
+    def broker_address_for(self, target: str) -> str:
+        """The broker behind ``target`` (the relay has its own), for setup."""
+        if target == "relay":
+            if self.relayed is None:
+                raise RuntimeError("stack is not running")
+            return self.relayed.address
+        return self.address("direct")
+
+    def broker_pids(self) -> list[int]:
+        """Every broker process of the stack (for the background probe)."""
+        return [s.process.pid for s in (self.broker, self.relayed)
+                if s is not None and s.process.pid is not None]
+
 
 def _accepts(host: str, port: int) -> bool:
     with socket.create_connection((host, port), timeout=1.0):
         return True
 
 
-def start_relay(log_dir: Path, upstream_host: str, upstream_port: int) -> Service:
-    """Start ``python -m tests.bench.relay`` in front of the broker on a free port."""
+def start_relayed_broker(log_dir: Path, advertised: str) -> TansuServer:
+    """A Tansu broker (in-memory) that tells clients to come back at ``advertised``."""
+    binary = find_tansu()
 
     def build(port: int) -> ManagedProcess:
-        argv = [sys.executable, "-m", "tests.bench.relay", str(port), upstream_host,
-                str(upstream_port)]
+        argv = [str(binary), "broker", "--cluster-id", "ksidecar-relayed",
+                "--listener-url", f"tcp://{LOOPBACK}:{port}",
+                "--advertised-listener-url", advertised,
+                "--storage-engine", "memory://tansu/"]
+        return _tansu_process("tansu-relayed", argv, log_dir, LOOPBACK, port, 30.0, None)
+
+    port, process = start_on_port(build, None)
+    return TansuServer(process, LOOPBACK, port)
+
+
+def start_relay(log_dir: Path) -> tuple[TansuServer, Service]:
+    """A broker advertising the relay's port, and ``python -m tests.bench.relay`` before it."""
+    relay_port = free_port(LOOPBACK)
+    broker = start_relayed_broker(log_dir, f"tcp://{LOOPBACK}:{relay_port}")
+
+    def build(port: int) -> ManagedProcess:
+        argv = [sys.executable, "-m", "tests.bench.relay", str(port), broker.host,
+                str(broker.port)]
         return ManagedProcess("relay", argv, log_path=log_dir / "relay.log",
                               probe=lambda: _accepts(LOOPBACK, port),
                               cwd=Path(__file__).resolve().parents[2])
 
-    port, process = start_on_port(build, None)
-    return Service(process, LOOPBACK, port)
+    try:
+        port, process = start_on_port(build, relay_port)
+    except BaseException:
+        broker.process.stop()
+        raise
+    return broker, Service(process, LOOPBACK, port)

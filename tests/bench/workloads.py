@@ -7,6 +7,11 @@ A :class:`Workload` says what its primary metric is and which way is better; the
   uncompressed batch of N records of 1 KiB, 5 requests in flight on one connection (the
   Java producer's ``max.in.flight.requests.per.connection``). Raw requests fix the batch
   size exactly; a client library batches as it likes.
+* ``produce-sync``: confluent-kafka with ``max.in.flight.requests.per.connection=1``
+  sends one 1 KiB record and waits for its acknowledgement (``flush``) before the next:
+  every request pays the whole round trip, so this is the per-request cost of a hop.
+  Measured also through the minimal relay (:mod:`tests.bench.relay`, in front of a broker
+  that advertises the relay); the runner reports the time each proxy adds per request.
 * ``consume``: confluent-kafka (librdkafka, Fetch v16) reads a pre-filled topic from
   offset 0 to the end; records per second from the first record to the last.
 * ``latency-produce`` / ``latency-metadata``: open loop at a fixed rate well below every
@@ -93,6 +98,8 @@ class Workload:
     fresh_broker: bool = False
     #: Compare by difference to direct (latency) rather than by ratio.
     additive: bool = False
+    #: Also compare the time each proxy adds per request (1 / throughput, minus direct's).
+    per_request: bool = False
     extra: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -159,6 +166,68 @@ def _cpu_probe(stack: Stack, target: str) -> Callable[..., dict[str, float]]:
         return out
 
     return done
+
+
+# -- produce, one in flight ----------------------------------------------------------------
+
+SYNC_TOPIC = "bench-produce-sync"
+
+
+def _sync_setup(stack: Stack, settings: Settings, state: dict[str, Any]) -> None:
+    for target in ("direct", "relay"):
+        create_topic(stack.broker_address_for(target), SYNC_TOPIC)
+
+
+def _produce_sync(stack: Stack, target: str, settings: Settings, state: dict[str, Any]) -> dict[str, float]:
+    """Synchronous sends: produce one record, wait for its acknowledgement, repeat."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({
+        "bootstrap.servers": stack.address(target),
+        "max.in.flight.requests.per.connection": 1,
+        "linger.ms": 0,
+        "acks": 1,
+        "enable.idempotence": False,
+        "socket.nagle.disable": True,
+        "log_level": 3,
+    })  # fmt: skip
+    value = bytes(range(256)) * (RECORD_SIZE // 256)
+    failed: list[str] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is not None:
+            failed.append(str(error))
+
+    def send() -> None:
+        producer.produce(SYNC_TOPIC, value, on_delivery=delivered)
+        if producer.flush(10) or failed:
+            raise RuntimeError(f"synchronous produce via {target} failed: {failed or 'timeout'}")
+
+    sent = 0
+    try:
+        warm_until = time.perf_counter() + settings.warmup
+        while time.perf_counter() < warm_until or sent < 20:  # metadata, the broker link
+            send()
+            sent += 1
+        cpu = _cpu_probe(stack, target)
+        count = 0
+        t0 = time.perf_counter()
+        until = t0 + settings.duration
+        while True:
+            send()
+            count += 1
+            now = time.perf_counter()
+            if now >= until or count >= 1_000_000:
+                break
+    except KafkaException as exc:
+        raise RuntimeError(f"synchronous produce via {target}: {exc}") from None
+    finally:
+        producer.flush(5)
+    seconds = now - t0
+    out = {"requests_per_s": count / seconds, "us_per_request": seconds / count * 1e6,
+           "seconds": seconds}
+    out.update(cpu(count))
+    return out
 
 
 # -- consume ---------------------------------------------------------------------------
@@ -399,7 +468,8 @@ def _local(api_key: int, version: int, body: dict[str, Any]) -> Measure:
 
 
 def _latency_setup(stack: Stack, settings: Settings, state: dict[str, Any]) -> None:
-    create_topic(stack.broker_address, "bench-latency")
+    for target in ("direct", "relay"):
+        create_topic(stack.broker_address_for(target), "bench-latency")
 
 
 def _produce_workloads() -> list[Workload]:
@@ -418,6 +488,9 @@ def _produce_workloads() -> list[Workload]:
 
 
 WORKLOADS: list[Workload] = [
+    Workload("produce-sync", "Produce, one record per request, one in flight (confluent-kafka, "
+             "synchronous sends)", "requests_per_s", "req/s", True, _produce_sync,
+             setup=_sync_setup, targets=LATENCY_TARGETS, per_request=True),
     *_produce_workloads(),
     Workload("consume", "Consume (confluent-kafka, Fetch v16) of a pre-filled topic",
              "records_per_s", "records/s", True, _consume, setup=_consume_setup, fresh_broker=True),
