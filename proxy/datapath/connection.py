@@ -7,7 +7,10 @@
 * the **upstream pump** reads response frames, pairs each with its request through the
   :class:`~protocol.correlation.CorrelationTracker`, and rewrites broker addresses where a
   response names brokers;
-* the **writer** sends answers strictly in request order (:mod:`proxy.datapath.responder`).
+* answers leave strictly in request order (:mod:`proxy.datapath.responder`): the task that
+  fills the oldest slot writes the ready prefix itself when the client's socket takes it
+  at once (:meth:`Connection._deliver`); the **writer** task takes over a write that must
+  wait, and every write on a wire that cannot write without waiting (TLS).
 
 A local answer that must wait (:class:`~proxy.local.api.Later`) runs in the connection's
 nursery and fills its slot when done; the pump does not wait for it (unless it asks to
@@ -24,11 +27,14 @@ ready answers waiting for the client exceed ``sidecar.max.buffered.bytes.per.con
 Every way a connection ends is one log line and one ``ksidecar_connections_closed``
 reason; errors on one connection never reach another.
 
-Cost per frame (``python -m tests.bench --profile``): frames are memoryview slices of the
-bytes each read returned and go upstream as they are; only the request header is decoded
-(from a bounded view, :data:`HEADER_VIEW`); metric children are resolved once per API; the
-idle timeout is one watchdog task per connection, not a cancel scope per read; responses
-are only scanned, never decoded, unless they name brokers.
+Cost per frame (``python -m tests.bench --profile``): plain TCP is driven on the socket
+itself (:mod:`proxy.datapath.wire`: no scheduler pass after a read or write that did not
+wait, several frames in one ``writev``, a drain interrupts the read instead of a cancel
+scope around each); frames are memoryview slices of the bytes each read returned, and a
+large frame is read straight into its own buffer (:mod:`proxy.datapath.frames`); only the
+request header is decoded (from a bounded view, :data:`HEADER_VIEW`); metric children are
+resolved once per API; the idle timeout is one watchdog task per connection, not a cancel
+scope per read; responses are only scanned, never decoded, unless they name brokers.
 """
 
 from __future__ import annotations
@@ -46,19 +52,24 @@ from observers.hub import Tap
 from protocol.apis import ALTER_USER_SCRAM_CREDENTIALS, SASL_AUTHENTICATE, ApiRegistry
 from protocol.correlation import CorrelationTracker, FrameKind, InFlight
 from protocol.errors import FrameError, ProtocolError
-from protocol.framing import EOF, NEED_DATA, FrameDecoder, size_prefix
+from protocol.framing import EOF, NEED_DATA, size_prefix
 from protocol.headers import RequestHeader, encode_response_header, peek_correlation_id
 from protocol.schema import decode, encode
 from proxy.auth.gate import RAW_TOKEN, Gate, PassthroughGate, Refusal
 from proxy.config.settings import ConnectionSettings
 from proxy.datapath.errors import ConnectionClosed, UpstreamError, frame_cause, reason_of
+from proxy.datapath.frames import FrameBuffer
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.responder import Responses, Slot
 from proxy.datapath.routing import FORWARD, Router
+from proxy.datapath.wire import Wire, wire_for
 from proxy.local.api import Answer, Close, Context, Later, LocalApi, LocalRequest, Respond
 
 log = logging.getLogger(__name__)
+
+#: The broker-side queue of a connection that has forwarded nothing yet (never appended to).
+_NO_SLOTS: deque[Slot] = deque(maxlen=0)
 
 RECEIVE_SIZE = 65536
 #: Reads from the broker: Fetch responses run to megabytes, and each read is a trip
@@ -117,11 +128,25 @@ class ConnectionStats:
 
 
 class Connection:
-    """A client connection and its upstream link; :meth:`run` serves it to the end."""
+    """A client connection and its upstream link; :meth:`run` serves it to the end.
+
+    What an idle connection holds is kept small (``python -m tests.bench connections``):
+    slots instead of an instance dict, the broker-side queues made at the first forwarded
+    request, and the writer task started only for a write that must wait.
+    """
+
+    __slots__ = (
+        "_held", "_nursery", "_reading", "_receive_scope", "_stop", "_unsent", "_upstream",
+        "_upstream_wire", "_writer_started", "_writing", "client", "client_wire", "context",
+        "gate", "idle_timeout", "last_receive", "listener", "max_buffered", "max_in_flight",
+        "metrics", "parts", "peer", "registry", "responses", "router", "silent_produces",
+        "stats", "tap", "tracker", "upstream_answered", "upstream_expected", "upstream_slots",
+    )  # fmt: skip
 
     def __init__(self, parts: Parts, client: trio.abc.Stream, context: Context) -> None:
         self.parts = parts
         self.client = client
+        self.client_wire = wire_for(client)
         self.context = context
         self.listener = context.listener
         self.peer = context.peer
@@ -137,11 +162,12 @@ class Connection:
         self.gate = parts.gate(context)
         self.tracker = CorrelationTracker(parts.registry)
         self.responses = Responses()
-        self.upstream_slots: deque[Slot] = deque()
+        #: Slots of the requests sent to the broker, oldest first (made at the first one).
+        self.upstream_slots: deque[Slot] = _NO_SLOTS
         # Produce requests with acks=0 sent upstream, as (correlation id, responses the
         # upstream owed before it): Kafka never answers them, but some brokers do (Tansu
         # 0.6); such an answer is recognised by position and id and dropped (_unasked).
-        self.silent_produces: deque[tuple[int, int]] = deque(maxlen=MAX_SILENT_PRODUCES)
+        self.silent_produces: deque[tuple[int, int]] | None = None
         self.upstream_expected = 0
         self.upstream_answered = 0
         self.stats = ConnectionStats()
@@ -153,6 +179,12 @@ class Connection:
         self._nursery: trio.Nursery | None = None
         #: The broker link, dialled when the first request must be forwarded.
         self._upstream: trio.abc.Stream | None = None
+        self._upstream_wire: Wire | None = None
+        #: True while a write to the client is under way (one writer at a time).
+        self._writing = False
+        self._writer_started = False
+        #: The rest of a write the client's socket did not take at once (the writer's).
+        self._unsent: memoryview | None = None
         #: Request bytes this connection holds in the sidecar-wide pool.
         self._held = 0
         #: When the client last sent bytes (the idle watchdog's reference).
@@ -178,7 +210,8 @@ class Connection:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._client_pump, nursery.cancel_scope)
-                nursery.start_soon(self._writer)
+                if not self.client_wire.writes_at_once:
+                    self._start_writer()
                 nursery.start_soon(self._idle_watchdog)
         except BaseExceptionGroup as group:
             reason, detail = reason_of(group)
@@ -208,7 +241,7 @@ class Connection:
         before it looks at the flag. No frame is ever left half-sent to the broker.
         """
         self._stop = True
-        if self._receive_scope is not None:
+        if not self.client_wire.interrupt_receive() and self._receive_scope is not None:
             self._receive_scope.cancel()
 
     @property
@@ -236,8 +269,8 @@ class Connection:
     # -- client side -------------------------------------------------------------------
 
     async def _client_pump(self, scope: trio.CancelScope) -> None:
-        decoder = FrameDecoder(self.parts.settings.request_max_bytes)
-        receive = self.client.receive_some
+        decoder = FrameBuffer(self.parts.settings.request_max_bytes)
+        interruptible = self.client_wire.interruptible
         memory = self.parts.memory
         while not self._stop:
             await self._wait_for_capacity()
@@ -245,16 +278,18 @@ class Connection:
                 await memory.wait_for_room()  # queued.max.request.bytes
             if self._stop:
                 break
-            # Only the read itself is cancelled by a drain: what was read is always
+            # Only the read itself is stopped by a drain: what was read is always
             # forwarded or answered whole (stop_reading).
-            data: bytes | bytearray | None = None
-            with trio.CancelScope() as self._receive_scope:
-                data = await receive(RECEIVE_SIZE)
-            self._receive_scope = None
-            if data is None:
-                break  # the read was cancelled: draining
+            if interruptible:
+                read = await self._read_client(decoder)
+            else:
+                read = False
+                with trio.CancelScope() as self._receive_scope:
+                    read = await self._read_client(decoder)
+                self._receive_scope = None
+            if not read:
+                break  # the read was interrupted: draining
             self.last_receive = trio.current_time()
-            decoder.receive_data(data)
             parts: list[bytes | memoryview] = []
             while True:
                 try:
@@ -276,6 +311,7 @@ class Connection:
                     await self._wait_for_capacity()
                 await self._on_request(frame, parts)
             await self._send_upstream(parts)
+            self._deliver()
             if memory.limit is not None and decoder.pending != self._held:
                 if self._held == 0 and memory.full:
                     # A new frame while the pool is full: its body is not read until there
@@ -287,7 +323,22 @@ class Connection:
                 self._held = decoder.pending
         # Draining: no more requests; let the writer finish what is in flight.
         self._reading = False
-        self.responses.wake_writer()
+        self._wake_writer()
+
+    async def _read_client(self, decoder: FrameBuffer) -> bool:
+        """One read from the client into ``decoder``; False if a drain interrupted it."""
+        view = decoder.direct()
+        if view is None:
+            data = await self.client_wire.receive(RECEIVE_SIZE)
+            if data is None:
+                return False
+            decoder.receive_data(data)
+            return True
+        count = await self.client_wire.receive_into(view)
+        if count is None:
+            return False
+        decoder.filled(count)
+        return True
 
     async def _idle_watchdog(self) -> None:
         """Close the connection after ``connections.max.idle.ms`` without a request.
@@ -316,7 +367,10 @@ class Connection:
     async def _wait_for_capacity(self) -> None:
         if self.tap is not None and self.tap.blocked:
             await self._wait_for_observers()
-        while self._at_capacity():
+        while True:
+            self._deliver()  # answers filled in this read may be what frees the room
+            if not self._at_capacity():
+                return
             await self.responses.wait_for_room()
 
     async def _on_request(self, frame: memoryview, parts: list[bytes | memoryview]) -> None:
@@ -411,6 +465,7 @@ class Connection:
                 # The next request depends on this answer (a login): what was gathered
                 # goes first, then the pump waits.
                 await self._send_upstream(parts)
+                self._deliver()
                 await self._answer_later(answer, record, slot)
             else:
                 self._nursery.start_soon(self._answer_later, answer, record, slot)
@@ -423,6 +478,7 @@ class Connection:
         answer = await later.answer()
         if isinstance(answer, Respond):
             self.responses.fill(slot, self._encode(record, answer), trio.current_time())
+            self._deliver()
         else:
             await self._close(answer, record, slot)
 
@@ -432,6 +488,7 @@ class Connection:
             self.responses.fill(slot, self._encode(record, close.answer), trio.current_time())
         else:
             self._drop_slot(slot)
+        self._deliver()
         with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
             while self.responses.slots:
                 await self.responses.wait_for_room()
@@ -511,9 +568,13 @@ class Connection:
             if self.tap is not None:
                 slot.request = frame
             self.responses.take(slot)
+            if self.upstream_slots is _NO_SLOTS:
+                self.upstream_slots = deque()
             self.upstream_slots.append(slot)
             self.upstream_expected += 1
         elif record.header is not None:  # Produce with acks=0
+            if self.silent_produces is None:
+                self.silent_produces = deque(maxlen=MAX_SILENT_PRODUCES)
             self.silent_produces.append((record.header.correlation_id, self.upstream_expected))
             if self.tap is not None:  # no response will come: the exchange is complete
                 self._observe(Slot(record, api, now, forwarded_at=now, request=frame), None, now)
@@ -521,18 +582,19 @@ class Connection:
     async def _send_upstream(self, parts: list[bytes | memoryview]) -> None:
         if not parts:
             return
-        upstream = self._upstream
-        if upstream is None:
-            upstream = await self._open_upstream()
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        wire = self._upstream_wire
+        if wire is None:
+            self._deliver()  # local answers gathered so far need not wait for the dial
+            wire = await self._open_upstream()
+        frames = parts.copy()
         parts.clear()
         try:
-            await upstream.send_all(data)
+            await wire.send_parts(frames)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.parts.upstream_failed(f"sending to the broker failed: {exc}", False)
             raise ConnectionClosed("upstream_reset", f"sending to the broker failed: {exc}") from None
 
-    async def _open_upstream(self) -> trio.abc.Stream:
+    async def _open_upstream(self) -> Wire:
         """Dial the broker for the first request that must be forwarded.
 
         A connection that only asks the sidecar (ApiVersions, BrokerMetadata), or never
@@ -544,22 +606,27 @@ class Connection:
             self.parts.upstream_failed(str(exc), True)
             raise ConnectionClosed("upstream_unreachable", str(exc)) from None
         self._upstream = upstream
+        wire = self._upstream_wire = wire_for(upstream)
         assert self._nursery is not None
-        self._nursery.start_soon(self._upstream_pump, upstream)
-        return upstream
+        self._nursery.start_soon(self._upstream_pump, wire)
+        return wire
 
     # -- upstream side -----------------------------------------------------------------
 
-    async def _upstream_pump(self, upstream: trio.abc.Stream) -> None:
-        decoder = FrameDecoder(self.parts.settings.response_max_bytes)
-        receive = upstream.receive_some
+    async def _upstream_pump(self, wire: Wire) -> None:
+        decoder = FrameBuffer(self.parts.settings.response_max_bytes)
         while True:
+            view = decoder.direct()
             try:
-                data = await receive(UPSTREAM_RECEIVE_SIZE)
+                if view is None:
+                    data = await wire.receive(UPSTREAM_RECEIVE_SIZE)
+                    count = len(data) if data is not None else 0
+                else:
+                    count = await wire.receive_into(view) or 0
             except (trio.BrokenResourceError, OSError) as exc:
                 self.parts.upstream_failed(f"broker link broke: {exc}", False)
                 raise ConnectionClosed("upstream_reset", str(exc)) from None
-            if not data:
+            if not count:
                 if self.upstream_slots:
                     self.parts.upstream_failed("broker closed a link with requests pending", False)
                     raise ConnectionClosed(
@@ -567,7 +634,11 @@ class Connection:
                         f"broker closed the connection with {len(self.upstream_slots)} request(s) pending",
                     )
                 raise ConnectionClosed("upstream_closed", "broker closed the connection")
-            decoder.receive_data(data)
+            if view is None:
+                assert data is not None
+                decoder.receive_data(data)
+            else:
+                decoder.filled(count)
             while True:
                 try:
                     frame = decoder.next_frame()
@@ -576,6 +647,7 @@ class Connection:
                 if frame is NEED_DATA or frame is EOF:
                     break
                 self._on_response(frame)
+            self._deliver()
 
     def _on_response(self, frame: memoryview) -> None:
         body = frame[4:]
@@ -619,6 +691,7 @@ class Connection:
         answers acks=0).
         """
         silent = self.silent_produces
+        assert silent is not None
         while silent and silent[0][1] < self.upstream_answered:
             silent.popleft()  # a later request was answered: no answer can come for it now
         if not silent or silent[0][1] != self.upstream_answered:
@@ -637,33 +710,91 @@ class Connection:
 
     # -- writer ------------------------------------------------------------------------
 
-    async def _writer(self) -> None:
+    def _deliver(self) -> None:
+        """Write the ready head of the FIFO now, if the client's socket takes it at once.
+
+        Called by whoever filled slots, once per read (the pumps) or per answer (an
+        answer-later): a response leaves without waking the writer task (a task switch
+        each way, 13 µs a round trip measured on this machine). What the kernel does not
+        take at once, a wire that cannot write without waiting (TLS), or observers that
+        ask to wait, are the writer task's.
+        """
         responses = self.responses
+        if self._writing or not responses.head_ready:
+            return
+        wire = self.client_wire
+        if (self._unsent is not None or not wire.writes_at_once
+                or (self.tap is not None and self.tap.blocked)):
+            self._wake_writer()
+            return
+        done = responses.ready_prefix()
+        data = done[0].data if len(done) == 1 else b"".join([slot.data for slot in done])  # type: ignore[misc]
+        assert data is not None
+        sent = wire.try_send(data)
+        if sent < len(data):
+            self._unsent = memoryview(data)[sent:]
+            self._wake_writer()
+        self._account(done)
+        responses.written()
+        if not self._reading and not responses.slots:
+            self._wake_writer()  # the drain is complete: the writer ends the connection
+
+    def _wake_writer(self) -> None:
+        """Make the writer task look again, starting it the first time."""
+        if self._writer_started:
+            self.responses.wake_writer()
+        else:
+            self._start_writer()
+
+    def _start_writer(self) -> None:
+        assert self._nursery is not None
+        self._writer_started = True
+        self._nursery.start_soon(self._writer)
+
+    def _account(self, done: list[Slot]) -> None:
+        """Metrics and observers for answers handed to the client."""
+        now = trio.current_time()
+        responses = self.responses
+        tap = self.tap
+        for slot in done:
+            size = len(slot.data) if slot.data is not None else 0
+            responses.ready_bytes -= size
+            api = slot.api
+            api.responses.inc()
+            api.response_bytes.inc(size)
+            upstream_time = 0.0 if slot.local else slot.answered_at - slot.forwarded_at
+            if not slot.local:
+                api.upstream_latency.observe(upstream_time)
+            api.sidecar_latency.observe(max(0.0, now - slot.received_at - upstream_time))
+            if tap is not None:
+                self._observe(slot, slot.data, now)
+            slot.data = None
+        self.stats.responses += len(done)
+
+    async def _writer(self) -> None:
+        """Writes that must wait: the rest of an inline write, and every write on TLS.
+
+        It also ends a drained connection: reading stopped and every answer is out.
+        """
+        responses = self.responses
+        wire = self.client_wire
         while True:
+            unsent = self._unsent
+            if unsent is not None:
+                self._writing = True
+                self._unsent = None
+                await wire.send(unsent)
+                self._writing = False
+                continue
             done = responses.ready_prefix()
             if done:
-                batch = [slot.data for slot in done]
-                data = batch[0] if len(batch) == 1 else b"".join(batch)  # type: ignore[arg-type]
-                assert data is not None
-                await self.client.send_all(data)
-                now = trio.current_time()
-                for slot in done:
-                    size = len(slot.data) if slot.data is not None else 0
-                    responses.ready_bytes -= size
-                    api = slot.api
-                    api.responses.inc()
-                    api.response_bytes.inc(size)
-                    upstream_time = 0.0 if slot.local else slot.answered_at - slot.forwarded_at
-                    if not slot.local:
-                        api.upstream_latency.observe(upstream_time)
-                    api.sidecar_latency.observe(max(0.0, now - slot.received_at - upstream_time))
-                    if self.tap is not None:
-                        self._observe(slot, slot.data, now)
-                    slot.data = None
-                self.stats.responses += len(done)
+                self._writing = True
+                await wire.send_parts([slot.data for slot in done])  # type: ignore[misc]
+                self._account(done)
                 if self.tap is not None and self.tap.blocked:
                     await self._wait_for_observers()
                 responses.written()
+                self._writing = False
                 continue
             if not self._reading and not responses.slots:
                 raise ConnectionClosed("drained")

@@ -2,10 +2,13 @@
 
 Every request that expects an answer takes a :class:`Slot` in one FIFO when it arrives,
 whoever fills it: the upstream pump (a forwarded request), the client pump (a local answer
-ready at once) or an answer-later task. The writer sends the ready prefix of the FIFO in
-one write; a slot still waiting holds back everything behind it, which is what Kafka's
-ordering promise requires (PROTOCOL_NOTES.md: responses follow request order per
-connection).
+ready at once) or an answer-later task. The ready prefix of the FIFO leaves in one write;
+a slot still waiting holds back everything behind it, which is what Kafka's ordering
+promise requires (PROTOCOL_NOTES.md: responses follow request order per connection).
+
+Filling a slot wakes nobody: the task that filled it writes the ready prefix itself when
+the client's socket takes it at once (``Connection._deliver``), and wakes the writer task
+only for a write that must wait (:meth:`Responses.wake_writer`).
 """
 
 from __future__ import annotations
@@ -37,14 +40,16 @@ class Slot:
 class Responses:
     """The FIFO of slots and the two wake-ups around it (writer, reader)."""
 
-    __slots__ = ("_wake_reader", "_wake_writer", "ready_bytes", "slots")
+    __slots__ = ("_wake_reader", "_wake_writer", "_writer_due", "ready_bytes", "slots")
 
     def __init__(self) -> None:
         self.slots: deque[Slot] = deque()
         #: Bytes of filled slots not yet written to the client.
         self.ready_bytes = 0
-        self._wake_writer = trio.Event()
-        self._wake_reader = trio.Event()
+        # The events exist only while someone waits (an idle connection holds none).
+        self._wake_writer: trio.Event | None = None
+        self._writer_due = False
+        self._wake_reader: trio.Event | None = None
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -54,11 +59,16 @@ class Responses:
         self.slots.append(slot)
 
     def fill(self, slot: Slot, data: bytes | memoryview, now: float) -> None:
-        """Put a slot's answer in place; the writer sends it once everything before it is out."""
+        """Put a slot's answer in place; it leaves once everything before it is out."""
         slot.data = data
         slot.answered_at = now
         self.ready_bytes += len(data)
-        self._wake_writer.set()
+
+    @property
+    def head_ready(self) -> bool:
+        """True when the oldest slot is filled (something can be written)."""
+        slots = self.slots
+        return bool(slots) and slots[0].data is not None
 
     def ready_prefix(self) -> list[Slot]:
         """Remove and return the filled slots at the head of the FIFO."""
@@ -69,19 +79,27 @@ class Responses:
         return done
 
     def wake_writer(self) -> None:
-        """Make the writer look again (a fill, or the end of reading)."""
-        self._wake_writer.set()
+        """Make the writer task look again (a write that must wait, or the end of reading)."""
+        self._writer_due = True
+        if self._wake_writer is not None:
+            self._wake_writer.set()
 
     async def wait_for_writer_work(self) -> None:
-        """Wait until a slot is filled or :meth:`wake_writer` is called."""
-        await self._wake_writer.wait()
-        self._wake_writer = trio.Event()
+        """Wait until :meth:`wake_writer` is called (at once if it was since the last wait)."""
+        if not self._writer_due:
+            self._wake_writer = trio.Event()
+            await self._wake_writer.wait()
+            self._wake_writer = None
+        self._writer_due = False
 
     def written(self) -> None:
         """Some slots left: a reader held back by the bounds may go on."""
-        self._wake_reader.set()
+        if self._wake_reader is not None:
+            self._wake_reader.set()
+            self._wake_reader = None
 
     async def wait_for_room(self) -> None:
-        """Wait until the writer sends something (the FIFO shrank)."""
-        self._wake_reader = trio.Event()
+        """Wait until some answers leave (the FIFO shrank); several tasks may wait."""
+        if self._wake_reader is None:
+            self._wake_reader = trio.Event()
         await self._wake_reader.wait()
