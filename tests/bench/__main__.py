@@ -5,6 +5,7 @@
     python -m tests.bench --quick           # short runs, 1 repeat (well under a minute)
     python -m tests.bench produce-b1-acks1 consume --repeats 5
     python -m tests.bench --profile produce-b1000-acks1 consume   # py-spy on the sidecar
+    python -m tests.bench --audit produce-sync consume   # also a sidecar with the audit on
     python -m tests.bench --list
 
 Needs the ``bench`` and ``test`` extras (``pip install -e '.[test,bench]'``).
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="profile the sidecar with py-spy instead of comparing")
     parser.add_argument("--profile-seconds", type=float, default=8.0)
+    parser.add_argument("--audit", action="store_true",
+                        help="also measure a second sidecar with the audit observer on")
     parser.add_argument("--list", action="store_true", help="list workloads and exit")
     args = parser.parse_args(argv)
 
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    results = run_workloads(chosen, settings, repeats, args.out / "logs" / stamp)
+    results = run_workloads(chosen, settings, repeats, args.out / "logs" / stamp, audit=args.audit)
     command = command_line()
     document = write_json(args.out / f"bench-{stamp}.json", results, settings, repeats, command)
     (args.out / "latest.json").write_text((args.out / f"bench-{stamp}.json").read_text())

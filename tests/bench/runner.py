@@ -116,10 +116,11 @@ def compare(
     ratio("peer", "direct")
     ratio("sidecar", "peer")
     ratio("relay", "direct")
+    ratio("audit", "sidecar")
     if workload.per_request and "direct" in targets:
         # Time added per request, from throughputs (closed loop, one in flight): 1/x − 1/direct.
         base = 1e6 / targets["direct"].median
-        for name in ("relay", "sidecar", "peer"):
+        for name in ("relay", "sidecar", "peer", "audit"):
             if name in targets and targets[name].median:
                 out[f"{name}_added_us"] = 1e6 / targets[name].median - base
         relay = out.get("relay_added_us")
@@ -142,16 +143,24 @@ def run_workloads(
     repeats: int,
     log_dir: Path,
     progress: Callable[[str], None] = print,
+    audit: bool = False,
 ) -> list[WorkloadResult]:
-    """Run each workload ``repeats`` times per target; one stack, renewed when needed."""
+    """Run each workload ``repeats`` times per target; one stack, renewed when needed.
+
+    With ``audit``, every workload the sidecar runs also runs through a second sidecar
+    with the audit observer on (target ``audit``; compared as ``audit/sidecar``).
+    """
     results: list[WorkloadResult] = []
-    stack = Stack(log_dir)
+    stack = Stack(log_dir, audit_enabled=audit)
     try:
         stack.start()
         for index, workload in enumerate(workloads):
             began = time.perf_counter()
             state: dict[str, Any] = {}
-            runs: dict[str, list[dict[str, float]]] = {t: [] for t in workload.targets}
+            names = list(workload.targets)
+            if audit and "sidecar" in names and workload.name != "connections":
+                names.append("audit")
+            runs: dict[str, list[dict[str, float]]] = {t: [] for t in names}
             for repeat in range(repeats):
                 # Tansu's in-memory log slows down as it grows past a gigabyte or so (runs
                 # late in a repeat were up to 2x slower, whatever the target): heavy
@@ -162,7 +171,7 @@ def run_workloads(
                 if (fresh or not repeat) and workload.setup is not None:
                     state = {}
                     workload.setup(stack, settings, state)
-                for target in rotated(workload.targets, repeat):
+                for target in rotated(names, repeat):
                     probe = BackgroundProbe(stack)
                     measured = workload.measure(stack, target, settings, state)
                     measured["others_cpu"] = probe.others()
@@ -200,8 +209,9 @@ class BackgroundProbe:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.pids = [stack.pid(t) for t in TARGETS] + [os.getpid(), *stack.broker_pids()]
-        if stack.relay is not None:
-            self.pids.append(stack.pid("relay"))
+        for extra in ("relay", "audit"):
+            if getattr(stack, extra) is not None:
+                self.pids.append(stack.pid(extra))
         self.t0 = time.perf_counter()
         self.busy0 = self._busy()
         self.ours0 = self._ours()

@@ -51,10 +51,14 @@ class Stack:
     sidecar: SidecarServer | None = None
     peer: TansuServer | None = None
     relay: Service | None = None
+    #: With ``audit=True``: a second sidecar with the audit observer on (target "audit").
+    audit: SidecarServer | None = None
     #: The broker behind the relay (advertising the relay's address).
     relayed: TansuServer | None = None
     generation: int = 0
     extra_keys: dict[str, str] = field(default_factory=dict)
+    #: Also run the "audit" target: ``observer.class.names=audit``, overflow=block.
+    audit_enabled: bool = False
 
     def start(self) -> Stack:
         """Start the broker, then the sidecar and the peer in front of it."""
@@ -68,6 +72,12 @@ class Stack:
             )
             self.peer = start_proxy(logs, self.broker.bootstrap)
             self.relayed, self.relay = start_relay(logs)
+            if self.audit_enabled:
+                audit_keys = {"observer.class.names": "audit",
+                              "observer.audit.dir": str(logs / "audit"),
+                              "observer.audit.overflow": "block"}
+                self.audit = start_sidecar(logs, self.broker.bootstrap, name="ksidecar-audit",
+                                           keys={**SIDECAR_KEYS, **self.extra_keys, **audit_keys})
         except BaseException:
             self.stop()
             raise
@@ -75,7 +85,7 @@ class Stack:
 
     def stop(self) -> None:
         """Stop whatever runs (peer and sidecar first)."""
-        for name in ("relay", "relayed", "peer", "sidecar", "broker"):
+        for name in ("audit", "relay", "relayed", "peer", "sidecar", "broker"):
             service: Service | None = getattr(self, name)
             if service is not None:
                 with contextlib.suppress(Exception):
@@ -96,7 +106,7 @@ class Stack:
     def service(self, target: str) -> Service:
         """The process traffic for ``target`` connects to."""
         service = {"direct": self.broker, "sidecar": self.sidecar, "peer": self.peer,
-                   "relay": self.relay}[target]
+                   "relay": self.relay, "audit": self.audit}[target]
         if service is None:
             raise RuntimeError("stack is not running")
         return service
