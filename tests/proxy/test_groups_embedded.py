@@ -125,9 +125,25 @@ class ConfluentMember(Member):
                         self.note([(m.topic(), m.partition(), m.offset()) for m in good])  # type: ignore[misc]
                     else:
                         self.note([(m.partition(), m.offset()) for m in good])
-                    consumer.commit(asynchronous=False)
+                    self.commit(consumer)
         finally:
             consumer.close()
+
+    def commit(self, consumer: Any) -> None:
+        """Commit synchronously. A commit that lands while the group completes a rebalance
+        is refused with REBALANCE_IN_PROGRESS, as Kafka refuses it; a cooperative member
+        keeps its partitions through the rebalance and commits again when it is done."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        for _ in range(100):
+            try:
+                consumer.commit(asynchronous=False)
+                return
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.REBALANCE_IN_PROGRESS:
+                    raise
+                time.sleep(0.1)
+        raise AssertionError("commits were refused for 10 s: the rebalance never completed")
 
 
 class KafkaPythonMember(Member):
