@@ -15,10 +15,12 @@ cluster those are all there is.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -42,8 +44,15 @@ LOCAL_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    # The outputs are small aggregates: a few shuffle partitions are plenty on one machine.
-    "spark.sql.shuffle.partitions": "8",
+    # Tasks small enough for one machine's default 1 GB driver, which is also the executor:
+    # input splits of at most 16 MiB (an hour of audit per task rather than 128 MiB splits,
+    # which left one of two cores idle on a day of audit), and shuffles cut into 16 MiB
+    # pieces, so the hash maps that de-duplicate requests fit in memory without spilling.
+    # Adaptive execution coalesces the small shuffles of the aggregated outputs to a task
+    # or two, whatever the number of shuffle partitions.
+    "spark.sql.files.maxPartitionBytes": "16m",
+    "spark.sql.shuffle.partitions": "32",
+    "spark.sql.adaptive.advisoryPartitionSizeInBytes": "16m",
 }
 """Extra settings for a session this module starts itself (not under spark-submit)."""
 
@@ -104,6 +113,23 @@ def session(app_name: str) -> SparkSession:
     return spark
 
 
+@contextmanager
+def sql_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """SQL ``settings`` on ``spark`` while the block runs; the previous values (or none)
+    come back after it, so a job can tune the session it was given without keeping it."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, previous in before.items():
+            if previous is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, previous)
+
+
 def time_range(df: DataFrame, since: datetime | None, until: datetime | None) -> DataFrame:
     """Rows with ``since <= time < until`` (either bound optional).
 
@@ -146,6 +172,24 @@ def read_audit(
     return df
 
 
+def hadoop(spark: SparkSession) -> tuple[Any, Any]:
+    """The session's JVM (through Py4J) and its Hadoop configuration, for what the DataFrame
+    API cannot do: list the audit's files, read their Parquet footers, rename a CSV part.
+
+    A Spark Connect session has neither (its driver is a server elsewhere): the jobs need a
+    classic session, and say so here rather than fail on a missing attribute.
+    """
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        raise NotImplementedError(
+            "spark_jobs need a classic Spark session (local, or a cluster through spark-submit): "
+            "they read Parquet footers and list and rename files through the driver's JVM, "
+            "which a Spark Connect client does not have (docs/spark_jobs.md, 'Spark Connect')"
+        )
+    context = spark.sparkContext
+    jvm: Any = context._jvm
+    return jvm, context._jsc.hadoopConfiguration()
+
+
 #: Footers read at once when checking schema versions (each is a small read).
 FOOTER_THREADS = 8
 
@@ -157,8 +201,7 @@ def audit_files(
 ) -> list[str]:
     """The data files under ``path`` (hidden ones skipped, as Spark skips them) whose
     ``dt=…/hour=…`` partition can hold rows of ``[since, until)``."""
-    jvm: Any = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    jvm, conf = hadoop(spark)
     root = jvm.org.apache.hadoop.fs.Path(path)
     listing = root.getFileSystem(conf).listFiles(root, True)
     first = (since.strftime("%Y-%m-%d"), since.strftime("%H")) if since is not None else None
@@ -187,8 +230,7 @@ def schema_versions(spark: SparkSession, files: Sequence[str]) -> dict[int, int]
     Spark reads), a few files at a time: a footer is a small read, but a month of audit
     is thousands of files.
     """
-    jvm: Any = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    jvm, conf = hadoop(spark)
     hadoop_path = jvm.org.apache.hadoop.fs.Path
     input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile
     reader = jvm.org.apache.parquet.hadoop.ParquetFileReader
@@ -217,9 +259,18 @@ def extract_audit(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     return read_audit(spark, args.audit, since=args.since, until=args.until, sidecars=args.sidecars)
 
 
+MICROS_PER_HOUR = 3_600_000_000
+
+
 def hour_of(column: str = "time") -> Column:
-    """The start of the UTC hour of a timestamp column."""
-    return F.date_trunc("hour", F.col(column))
+    """The start of the UTC hour of a timestamp column.
+
+    Arithmetic on the microseconds since the epoch: UTC whatever the session's time zone
+    (a caller's session may have another), and a little cheaper than ``date_trunc``, which
+    goes through a zoned date-time for every row.
+    """
+    micros = F.unix_micros(F.col(column))
+    return F.timestamp_micros(micros - F.pmod(micros, F.lit(MICROS_PER_HOUR)))
 
 
 def is_produce() -> Column:
@@ -276,9 +327,7 @@ def write_csv(df: DataFrame, uri: str, order: Sequence[str | Column] = ()) -> No
     """
     staging = uri.rstrip("/") + ".parts"
     _one_partition(df, order).write.mode("overwrite").option("header", "true").csv(staging)
-    spark = df.sparkSession
-    jvm: Any = spark.sparkContext._jvm
-    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    jvm, hadoop_conf = hadoop(df.sparkSession)
     staging_path = jvm.org.apache.hadoop.fs.Path(staging)
     target = jvm.org.apache.hadoop.fs.Path(uri)
     fs = staging_path.getFileSystem(hadoop_conf)
@@ -306,10 +355,12 @@ def job_main(
     run: Callable[[SparkSession, argparse.Namespace], object],
     argv: Sequence[str] | None,
 ) -> int:
-    """Parse a job's command line, run it in :func:`session` (named after the job's module),
-    stop the session; exit code 0."""
+    """Parse a job's command line, run it in :func:`session` (named after the job's module,
+    ``ksidecar-latency-slo``), stop the session; exit code 0."""
     args = options.job_parser(description, add_arguments).parse_args(argv)
-    spark = session("ksidecar-" + run.__module__.rsplit(".", 1)[-1].replace("_", "-"))
+    # The file, not run.__module__: submitted as spark_jobs/<job>.py, a job is __main__.
+    job = os.path.splitext(os.path.basename(inspect.getfile(run)))[0]
+    spark = session("ksidecar-" + job.replace("_", "-"))
     try:
         run(spark, args)
     finally:

@@ -44,18 +44,31 @@ def extract(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
 
 def transform(df: DataFrame) -> DataFrame:
     """Bytes in and out and requests per topic and principal, with each one's share of the
-    topic's total."""
-    per_request = (
-        df.where(common.is_produce() | common.is_fetch())
-        .groupBy("topic", "principal", "api_key", *common.REQUEST_KEY)
-        .agg(F.sum("bytes").alias("bytes"))
-    )
+    topic's total.
+
+    A request counts once per topic however many of its partitions it names, so requests
+    are told apart by :data:`~spark_jobs.common.REQUEST_KEY`. The Produce and Fetch rows are
+    shuffled once, by topic and principal (which every row of a request on a topic shares):
+    the per-request and per-principal aggregations then run within each task, as hash
+    aggregations over rows that fit in memory, and only the small totals move again (for
+    the topic's sum that makes the shares).
+    """
     produced = F.col("api_key") == PRODUCE_KEY
     fetched = F.col("api_key") == FETCH_KEY
-    totals = per_request.groupBy("topic", "principal").agg(
-        common.sum_where(produced, "bytes").alias("bytes_in"),
-        common.sum_where(fetched, "bytes").alias("bytes_out"),
-        F.count(F.lit(1)).alias("requests"),
+    totals = (
+        df.where(common.is_produce() | common.is_fetch())
+        .select("topic", "principal", *common.REQUEST_KEY,
+                F.when(produced, F.col("bytes")).alias("bytes_in"),
+                F.when(fetched, F.col("bytes")).alias("bytes_out"))
+        .repartition("topic", "principal")
+        .groupBy("topic", "principal", *common.REQUEST_KEY)
+        .agg(F.sum("bytes_in").alias("bytes_in"), F.sum("bytes_out").alias("bytes_out"))
+        .groupBy("topic", "principal")
+        .agg(
+            F.coalesce(F.sum("bytes_in"), F.lit(0)).cast("long").alias("bytes_in"),
+            F.coalesce(F.sum("bytes_out"), F.lit(0)).cast("long").alias("bytes_out"),
+            F.count(F.lit(1)).alias("requests"),
+        )
     )
     topic = Window.partitionBy("topic")
 
@@ -71,14 +84,15 @@ def transform(df: DataFrame) -> DataFrame:
 
 
 def load(df: DataFrame, out: str) -> None:
-    """Write ``shares`` (Parquet) and ``cost_attribution.csv`` under ``out``."""
+    """Write ``shares`` (Parquet) and ``cost_attribution.csv`` under ``out``.
+
+    The CSV is the same table: it is made from the one Parquet file just written, so the
+    audit is aggregated once without keeping the result cached.
+    """
     order = [F.asc("topic"), F.desc("bytes_in"), F.desc("bytes_out"), F.asc("principal")]
-    df = df.persist()  # written twice; aggregate once
-    try:
-        common.write_table(df, common.join_uri(out, "shares"), order)
-        common.write_csv(df, common.join_uri(out, "cost_attribution.csv"), order)
-    finally:
-        df.unpersist()
+    shares = common.join_uri(out, "shares")
+    common.write_table(df, shares, order)
+    common.write_csv(df.sparkSession.read.parquet(shares), common.join_uri(out, "cost_attribution.csv"), order)
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> None:

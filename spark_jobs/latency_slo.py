@@ -77,6 +77,28 @@ LONG_POLL_APIS = (FETCH_KEY, *HELD_APIS)
 #: Kafka's default ``fetch.max.wait.ms``: the wait assumed for a Fetch row without
 #: ``max_wait_ms`` (audit schema version 1).
 DEFAULT_FETCH_WAIT_MS = 500
+#: One row per request and topic: what tells two of them apart, and what they carry.
+REQUEST_COLUMNS = (
+    *common.REQUEST_KEY, "topic", "hour", "api_key", "api_name", "principal", "latency_us",
+    "max_wait_ms",
+)
+#: The rows of a request share these, and so do the rows of each output group: the rows are
+#: shuffled once, by them, and everything after happens within a task.
+CLUSTER_KEYS = ("hour", "api_key", "principal")
+#: ``percentile_approx`` keeps one digest per group in a hash map, and Spark falls back to
+#: sorting every input row by group once a task holds more than 128 groups (the default
+#: ``spark.sql.objectHashAggregate.sortBased.fallbackThreshold``); a day of audit has tens
+#: of thousands of groups. A small group's digest is a few hundred bytes plus 8 bytes a
+#: latency, so a task's map stays within its input's size well past this many groups.
+OBJECT_HASH_GROUPS = 65_536
+RUN_CONF = {
+    "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": str(OBJECT_HASH_GROUPS),
+    # The aggregate is cached for its two tables; without this, adaptive execution leaves a
+    # cached plan's partitioning alone, and every one of spark.sql.shuffle.partitions (200
+    # on a cluster) would be a task, and a cached block, for a few rows each.
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
+}
+"""Session settings while the job runs (restored after: :func:`~spark_jobs.common.sql_conf`)."""
 
 
 def extract(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
@@ -96,60 +118,101 @@ def held_us() -> Column:
     )
 
 
+def per_request(df: DataFrame) -> DataFrame:
+    """One row per request and topic it names (one per request without topics), with its
+    ``hour`` and ``first_row`` (true for the topic whose rows hold the request's first row:
+    long polls count each request once), clustered by :data:`CLUSTER_KEYS`.
+
+    A Produce or Fetch request has a row per partition, and counts once per topic. The
+    rows are shuffled once, by keys every row of a request shares, and de-duplicated
+    within each task by a hash aggregation on columns only (no ``first`` of a string,
+    which would make it sort-based); the aggregation that follows needs no other shuffle.
+    """
+    return (
+        df.where(F.col("topic_partitions").isNull())  # inventory rows are not requests
+        .select(*(c for c in REQUEST_COLUMNS if c != "hour"), "first_row",
+                common.hour_of().alias("hour"))
+        .repartition(*CLUSTER_KEYS)
+        .groupBy(*REQUEST_COLUMNS)
+        .agg(F.max("first_row").alias("first_row"))
+    )
+
+
+def aggregate(
+    df: DataFrame, slo_ms: float = 100.0, accuracy: int = DEFAULT_ACCURACY
+) -> DataFrame:
+    """Both tables in one pass over ``df``, as one DataFrame whose ``in_latency`` column
+    says which a row belongs to (``latency`` or ``long_polls``); :func:`latency_rows` and
+    :func:`long_poll_rows` take them apart.
+
+    Each request (and topic) is tagged with the tables it counts in (a Fetch in both) and
+    the tagged rows aggregated once, by the table's keys (``topic`` null for long polls);
+    each table's measures are null in the other's rows. The measures' inputs are computed
+    by a projection first: ``percentile_approx`` makes the aggregation an object hash
+    aggregation, which evaluates its inputs row by row without generated code.
+    """
+    api = F.col("api_key")
+    tables = F.array_compact(F.array(
+        F.when(~api.isin(*HELD_APIS), F.lit(True)),
+        F.when(F.col("first_row") & api.isin(*LONG_POLL_APIS), F.lit(False)),
+    ))
+    in_latency = F.col("in_latency")
+    latency = F.col("latency_us")
+    held = held_us()
+    judged = F.when(in_latency, latency - held)
+    measures = per_request(df).withColumn("in_latency", F.explode(tables)).select(
+        "in_latency", "hour", "api_key", "api_name",
+        F.when(in_latency, F.col("topic")).alias("topic"), "principal",
+        F.when(latency.isNull(), F.lit(1)).alias("unanswered"),
+        judged.alias("judged"),
+        F.when(judged > slo_ms * 1000.0, F.lit(1)).alias("over"),
+        F.when(~in_latency, held).alias("held"),
+        F.when(~in_latency & (api == FETCH_KEY), latency - held).alias("beyond"),
+        F.when(~in_latency, F.col("max_wait_ms")).alias("max_wait_ms"),
+    )
+    over = F.count("over")
+    return measures.groupBy("in_latency", "hour", "api_key", "api_name", "topic", "principal").agg(
+        F.count(F.lit(1)).alias("requests"),
+        F.count("unanswered").alias("no_response"),
+        F.percentile_approx("judged", [q for _, q in PERCENTILES], accuracy).alias("judged"),
+        over.alias("over_slo"),
+        common.ratio(over, F.count("judged")).alias("share_over_slo"),
+        F.lit(float(slo_ms)).alias("slo_ms"),
+        F.percentile_approx("held", [0.5, 0.99], accuracy).alias("held"),
+        F.max("held").alias("held_max_us"),
+        F.percentile_approx("beyond", 0.99, accuracy).alias("beyond_wait_p99_us"),
+        F.max("max_wait_ms").alias("max_wait_ms"),
+    )
+
+
+def latency_rows(aggregated: DataFrame) -> DataFrame:
+    """The ``latency`` table from :func:`aggregate`'s result."""
+    return aggregated.where(F.col("in_latency")).select(
+        *KEYS, "requests", "no_response",
+        *(F.col("judged")[i].alias(name) for i, (name, _) in enumerate(PERCENTILES)),
+        "over_slo", "share_over_slo", "slo_ms",
+    )
+
+
+def long_poll_rows(aggregated: DataFrame) -> DataFrame:
+    """The ``long_polls`` table from :func:`aggregate`'s result."""
+    return aggregated.where(~F.col("in_latency")).select(
+        *LONG_POLL_KEYS, "requests", "no_response",
+        F.col("held")[0].alias("held_p50_us"), F.col("held")[1].alias("held_p99_us"),
+        "held_max_us", "beyond_wait_p99_us", "max_wait_ms",
+    )
+
+
 def transform(df: DataFrame, slo_ms: float, accuracy: int = DEFAULT_ACCURACY) -> DataFrame:
     """Percentiles of the judged latency and the share over ``slo_ms`` per hour, API, topic
     and principal (JoinGroup and SyncGroup left out; a Fetch judged beyond its max wait)."""
-    judged = F.col("latency_us") - held_us()
-    slo_us = slo_ms * 1000.0
-    quantiles = F.percentile_approx("judged_us", [q for _, q in PERCENTILES], accuracy)
-    over = common.count_where(F.col("judged_us") > slo_us)
-    grouped = (
-        df.where(~F.col("api_key").isin(*HELD_APIS) & F.col("topic_partitions").isNull())
-        .select(*common.REQUEST_KEY, "api_key", "api_name", "topic", "principal",
-                judged.alias("judged_us"))
-        .dropDuplicates([*common.REQUEST_KEY, "topic"])
-        .withColumn("hour", common.hour_of())
-        .groupBy(*KEYS)
-        .agg(
-            F.count(F.lit(1)).alias("requests"),
-            common.count_where(F.col("judged_us").isNull()).alias("no_response"),
-            quantiles.alias("quantiles"),
-            over.alias("over_slo"),
-            common.ratio(over, F.count("judged_us")).alias("share_over_slo"),
-        )
-    )
-    return grouped.select(
-        *KEYS, "requests", "no_response",
-        *(F.col("quantiles")[i].alias(name) for i, (name, _) in enumerate(PERCENTILES)),
-        "over_slo", "share_over_slo", F.lit(float(slo_ms)).alias("slo_ms"),
-    )
+    return latency_rows(aggregate(df, slo_ms, accuracy))
 
 
 def transform_long_polls(df: DataFrame, accuracy: int = DEFAULT_ACCURACY) -> DataFrame:
     """Time held and time beyond the wait of Fetch, JoinGroup and SyncGroup requests, per
     hour, API and principal (each request once)."""
-    latency = F.col("latency_us")
-    held = F.col("held_us")
-    beyond = F.when(F.col("api_key") == FETCH_KEY, latency - held)
-    grouped = (
-        df.where(F.col("first_row") & F.col("api_key").isin(*LONG_POLL_APIS))
-        .withColumn("held_us", held_us())
-        .withColumn("hour", common.hour_of())
-        .groupBy(*LONG_POLL_KEYS)
-        .agg(
-            F.count(F.lit(1)).alias("requests"),
-            common.count_where(latency.isNull()).alias("no_response"),
-            F.percentile_approx(held, [0.5, 0.99], accuracy).alias("held"),
-            F.max(held).alias("held_max_us"),
-            F.percentile_approx(beyond, 0.99, accuracy).alias("beyond_wait_p99_us"),
-            F.max("max_wait_ms").alias("max_wait_ms"),
-        )
-    )
-    return grouped.select(
-        *LONG_POLL_KEYS, "requests", "no_response",
-        F.col("held")[0].alias("held_p50_us"), F.col("held")[1].alias("held_p99_us"),
-        "held_max_us", "beyond_wait_p99_us", "max_wait_ms",
-    )
+    return long_poll_rows(aggregate(df, accuracy=accuracy))
 
 
 def load(latency: DataFrame, long_polls: DataFrame, out: str) -> None:
@@ -159,10 +222,14 @@ def load(latency: DataFrame, long_polls: DataFrame, out: str) -> None:
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
-    """Extract, transform and load with parsed options."""
-    df = extract(spark, args)
-    load(transform(df, args.slo_ms, args.accuracy),
-         transform_long_polls(df, args.accuracy), args.out)
+    """Extract, transform and load with parsed options: one pass over the audit, whose
+    small aggregate is kept for the two tables written from it."""
+    with common.sql_conf(spark, RUN_CONF):
+        aggregated = aggregate(extract(spark, args), args.slo_ms, args.accuracy).persist()
+        try:
+            load(latency_rows(aggregated), long_poll_rows(aggregated), args.out)
+        finally:
+            aggregated.unpersist()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

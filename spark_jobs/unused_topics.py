@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import common, options
@@ -68,6 +68,19 @@ def extract_inventory(spark: SparkSession, args: argparse.Namespace) -> DataFram
     return reduce(DataFrame.unionByName, parts) if parts else None
 
 
+#: A report's time and partition count packed into one number (below).
+REPORT_SHIFT = 2**31
+
+
+def packed_report() -> Column:
+    """An inventory row's time (µs) and partition count as one decimal, ``time × 2³¹ +
+    partitions``: its max is the last report, and of two at the same instant the one with
+    more partitions, as the max of a (time, partitions) struct would be. A struct max
+    makes Spark aggregate by sorting every row; a decimal's is a hash aggregation."""
+    micros = F.unix_micros(F.col("time")).cast("decimal(38,0)")
+    return micros * REPORT_SHIFT + F.col("topic_partitions")
+
+
 def transform(
     df: DataFrame, inventory: DataFrame | None, as_of: datetime, days: int
 ) -> DataFrame:
@@ -76,18 +89,20 @@ def transform(
     without access."""
     produced, fetched = common.is_produce(), common.is_fetch()
     reported = common.is_inventory()
-    last_report = F.max(F.when(reported, F.struct("time", "topic_partitions")))
+    report = F.col("report")
+    report_micros = F.floor(report / REPORT_SHIFT)
     per_topic = (
         df.where(produced | fetched | reported)
         .groupBy("topic")
         .agg(
-            last_report.alias("report"),
+            F.max(F.when(reported, packed_report())).alias("report"),
             F.max(F.when(produced, F.col("time"))).alias("last_produce"),
             F.max(F.when(fetched, F.col("time"))).alias("last_fetch"),
         )
         .select(
-            "topic", F.col("report.topic_partitions").alias("partitions"),
-            F.col("report.time").alias("last_reported"), "last_produce", "last_fetch",
+            "topic", (report - report_micros * REPORT_SHIFT).cast("int").alias("partitions"),
+            F.timestamp_micros(report_micros.cast("long")).alias("last_reported"),
+            "last_produce", "last_fetch",
         )
     )
     if inventory is not None:

@@ -78,3 +78,11 @@ def test_without_a_range_every_partition_is_read(spark: SparkSession, audit_dir:
     # The trap is read, and fails: the test above passed because its range pruned it.
     with pytest.raises(Exception, match=r"(?i)parquet"):
         common.read_audit(spark, str(audit_dir)).count()
+
+
+def test_a_spark_connect_session_is_refused_with_the_reason() -> None:
+    # What pyspark.sql.connect.session.SparkSession looks like to the check: its module.
+    remote = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
+
+    with pytest.raises(NotImplementedError, match=r"Spark Connect"):
+        common.hadoop(remote)
