@@ -46,11 +46,12 @@ Requests without a response are left out of the percentiles and of the SLO share
 no latency to judge) and counted in ``no_response``. Error responses count like any other:
 the client waited for them just the same.
 
-Percentiles come from Spark's ``percentile_approx`` (Greenwald–Khanna): the result is a
-latency that occurred, the smallest one with at least the given fraction of the group at or
-below it (nearest rank, no interpolation). Its rank error is at most ``1/accuracy`` of the
-group's size, and a group far smaller than ``accuracy`` (default 10,000) gets the exact
-nearest-rank value: the tests check exact values on groups of a few requests.
+Percentiles come from Spark's ``percentile_approx`` (Greenwald–Khanna), one digest per group:
+the result is a latency that occurred, the smallest one with at least the given fraction of
+the group at or below it (nearest rank, no interpolation). A group of fewer than
+``accuracy/2`` requests (default accuracy 10,000) gets the exact nearest-rank value (the
+tests check exact values on groups of a few requests); a larger one may be up to
+``n/accuracy`` ranks off, and one rank below ``n = accuracy``.
 """
 
 from __future__ import annotations
@@ -146,10 +147,12 @@ def aggregate(
     :func:`long_poll_rows` take them apart.
 
     Each request (and topic) is tagged with the tables it counts in (a Fetch in both) and
-    the tagged rows aggregated once, by the table's keys (``topic`` null for long polls);
-    each table's measures are null in the other's rows. The measures' inputs are computed
-    by a projection first: ``percentile_approx`` makes the aggregation an object hash
-    aggregation, which evaluates its inputs row by row without generated code.
+    the tagged rows aggregated once, by the table's keys (``topic`` null for long polls).
+    ``us`` is the latency judged against the SLO in a ``latency`` row, the time held in a
+    ``long_polls`` row: one digest per group gives either table's percentiles. The
+    measures' inputs are computed by a projection first: ``percentile_approx`` makes the
+    aggregation an object hash aggregation, which evaluates its inputs row by row without
+    generated code.
     """
     api = F.col("api_key")
     tables = F.array_compact(F.array(
@@ -159,14 +162,12 @@ def aggregate(
     in_latency = F.col("in_latency")
     latency = F.col("latency_us")
     held = held_us()
-    judged = F.when(in_latency, latency - held)
     measures = per_request(df).withColumn("in_latency", F.explode(tables)).select(
         "in_latency", "hour", "api_key", "api_name",
         F.when(in_latency, F.col("topic")).alias("topic"), "principal",
         F.when(latency.isNull(), F.lit(1)).alias("unanswered"),
-        judged.alias("judged"),
-        F.when(judged > slo_ms * 1000.0, F.lit(1)).alias("over"),
-        F.when(~in_latency, held).alias("held"),
+        F.when(in_latency, latency - held).otherwise(held).alias("us"),
+        F.when(in_latency & (latency - held > slo_ms * 1000.0), F.lit(1)).alias("over"),
         F.when(~in_latency & (api == FETCH_KEY), latency - held).alias("beyond"),
         F.when(~in_latency, F.col("max_wait_ms")).alias("max_wait_ms"),
     )
@@ -174,12 +175,11 @@ def aggregate(
     return measures.groupBy("in_latency", "hour", "api_key", "api_name", "topic", "principal").agg(
         F.count(F.lit(1)).alias("requests"),
         F.count("unanswered").alias("no_response"),
-        F.percentile_approx("judged", [q for _, q in PERCENTILES], accuracy).alias("judged"),
+        F.percentile_approx("us", [q for _, q in PERCENTILES], accuracy).alias("percentiles"),
         over.alias("over_slo"),
-        common.ratio(over, F.count("judged")).alias("share_over_slo"),
+        common.ratio(over, F.count("us")).alias("share_over_slo"),
         F.lit(float(slo_ms)).alias("slo_ms"),
-        F.percentile_approx("held", [0.5, 0.99], accuracy).alias("held"),
-        F.max("held").alias("held_max_us"),
+        F.max("us").alias("max_us"),
         F.percentile_approx("beyond", 0.99, accuracy).alias("beyond_wait_p99_us"),
         F.max("max_wait_ms").alias("max_wait_ms"),
     )
@@ -189,17 +189,19 @@ def latency_rows(aggregated: DataFrame) -> DataFrame:
     """The ``latency`` table from :func:`aggregate`'s result."""
     return aggregated.where(F.col("in_latency")).select(
         *KEYS, "requests", "no_response",
-        *(F.col("judged")[i].alias(name) for i, (name, _) in enumerate(PERCENTILES)),
+        *(F.col("percentiles")[i].alias(name) for i, (name, _) in enumerate(PERCENTILES)),
         "over_slo", "share_over_slo", "slo_ms",
     )
 
 
 def long_poll_rows(aggregated: DataFrame) -> DataFrame:
     """The ``long_polls`` table from :func:`aggregate`'s result."""
+    at = {name: i for i, (name, _) in enumerate(PERCENTILES)}
     return aggregated.where(~F.col("in_latency")).select(
         *LONG_POLL_KEYS, "requests", "no_response",
-        F.col("held")[0].alias("held_p50_us"), F.col("held")[1].alias("held_p99_us"),
-        "held_max_us", "beyond_wait_p99_us", "max_wait_ms",
+        F.col("percentiles")[at["p50_us"]].alias("held_p50_us"),
+        F.col("percentiles")[at["p99_us"]].alias("held_p99_us"),
+        F.col("max_us").alias("held_max_us"), "beyond_wait_p99_us", "max_wait_ms",
     )
 
 

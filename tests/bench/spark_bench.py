@@ -17,6 +17,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from spark_jobs import common  # pyspark: after the arguments, so --help is quick
 
+    load_before = os.getloadavg()[0]
     work = args.work or Path(tempfile.mkdtemp(prefix="ksidecar-spark-bench-"))
     audit, out = work / "audit", work / "report"
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -86,24 +88,26 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     print()
-    print(_markdown(args, rows, generated, warm, results, render, cores, versions))
+    print(_markdown(args, rows, generated, warm, results, render, cores, versions, load_before))
     return 0
 
 
 def _markdown(
     args: argparse.Namespace, rows: int, generated: float, warm: float,
     results: list[tuple[str, list[float]]], render: list[float], cores: int, versions: str,
+    load_before: float,
 ) -> str:
     load = os.getloadavg()[0]
     lines = [
         "## Spark jobs over the audit",
         "",
         f"Command: `python -m tests.bench.spark_bench --rows {args.rows} --hours {args.hours}"
-        f" --repeats {args.repeats}`",
+        f" --repeats {args.repeats}` at commit {_commit()}",
         "",
         f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
         f"Python {platform.python_version()}, {versions}, `local[*]` ({cores} cores), "
-        f"driver memory default; 1-minute load {load:.2f} at the end.",
+        f"driver memory default; 1-minute load {load_before:.2f} before the run, {load:.2f} "
+        "at its end (the run itself keeps about 2 busy).",
         "",
         f"Input: {rows:,} synthetic audit rows over {args.hours} hourly partitions "
         f"(`spark_jobs.synthetic`, generated in {generated:.1f} s). "
@@ -116,6 +120,18 @@ def _markdown(
         lines.append(f"| {name} | {statistics.median(times):.1f} s |")
     lines.append(f"| report rendering (pyarrow + Altair + vl-convert, no Spark) | {statistics.median(render):.2f} s |")
     return "\n".join(lines)
+
+
+def _commit() -> str:
+    """The checked-out commit, ``+`` when spark_jobs/ has changes not committed."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "spark_jobs"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "(not a git checkout)"
+    return head + ("+" if dirty else "")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import signal
@@ -282,7 +283,7 @@ class SparkCluster:
         self.spark_home = spark_home
         self.env: Mapping[str, str] = dict(env)
         """The environment of the daemons and of every submission."""
-        self._submissions = 0
+        self._numbers = itertools.count(1)  # next() is atomic: submit() may run in threads
 
     def __repr__(self) -> str:
         return f"<SparkCluster {self.master_url} workers={len(self.workers)}>"
@@ -324,9 +325,7 @@ class SparkCluster:
         past `timeout` seconds is killed with its process group and reported as exit code
         -9. Call `.check()` on the result to raise on failure.
         """
-        self._submissions += 1
-        name = Path(str(app)).stem
-        log_path = self.work_dir / f"submit-{self._submissions}-{name}.log"
+        log_path = self.work_dir / f"submit-{next(self._numbers)}-{Path(str(app)).stem}.log"
         settings = {
             **SUBMIT_CONF,
             "spark.pyspark.python": sys.executable,
