@@ -50,6 +50,9 @@ class Exchange:
     response_header_version: int
     #: ``User:<name>``, or ``User:ANONYMOUS``.
     principal: str
+    #: ``(ClientSoftwareName, ClientSoftwareVersion)`` from the connection's ApiVersions v3+
+    #: request, or ``None`` when the client has not sent one (yet).
+    client_software: tuple[str, str] | None = None
     #: The request frame, size prefix included; ``None`` when it was not kept (secrets).
     frame: Frame | None
     #: Bytes of the request frame, size prefix included.

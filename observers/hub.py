@@ -149,6 +149,7 @@ class Tap:
         header: RequestHeader,
         response_header_version: int,
         principal: str,
+        client_software: tuple[str, str] | None = None,
         frame: Frame | None,
         request_size: int,
         received_at: float,
@@ -164,7 +165,7 @@ class Tap:
         exchange = Exchange(
             link=self.link, request_id=next(self.hub.request_ids), header=header,
             response_header_version=response_header_version, principal=principal,
-            frame=frame, request_size=request_size, received=received_at,
+            client_software=client_software, frame=frame, request_size=request_size, received=received_at,
             expects_response=expects_response, local=local, response=response,
             elapsed=elapsed, upstream_elapsed=upstream_elapsed,
         )

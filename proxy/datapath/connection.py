@@ -814,7 +814,8 @@ class Connection:
             frame = None  # no secret ever reaches an observer (passthrough forwards them)
         self.tap.completed(
             header=record.header, response_header_version=record.response_header_version,
-            principal=self.context.principal, frame=frame, request_size=size,
+            principal=self.context.principal, client_software=self.context.client_software,
+            frame=frame, request_size=size,
             received_at=time.time() - elapsed, expects_response=record.expects_response,
             local=slot.local, response=response, elapsed=elapsed,
             upstream_elapsed=slot.answered_at - slot.forwarded_at if not slot.local else 0.0,
