@@ -15,11 +15,13 @@ Features owned by the sidecar:
 * ``group.version`` (only when the coordinator is embedded), with Kafka's meaning
   (``GroupVersion``): level 0 is the classic protocol only, level 1 adds the KIP-848
   consumer protocol (ConsumerGroupHeartbeat, ConsumerGroupDescribe: :data:`GATED_APIS`).
-* ``ksidecar.audit.format``: level 0 is the audit record format every sidecar writes
-  today; level 1 is the next format. A sidecar keeps writing the old one until the
-  operator finalizes level 1, so a rolling upgrade never mixes readers that cannot read a
-  record. The ``ksidecar.`` prefix keeps the name out of Kafka's namespace (Kafka's are
-  ``metadata.version``, ``kraft.version``, ``group.version``, ``transaction.version``...).
+* ``ksidecar.audit.format``: the audit files' schema version (observers/audit_schema.py).
+  Level 0 writes version 2; level 1 writes version 3, which adds the client software
+  columns (``client_software_name``, ``client_software_version``). Every sidecar writes
+  the finalized level's version and switches when it changes, so a rolling upgrade never
+  writes files the fleet's older readers cannot read. The ``ksidecar.`` prefix keeps the
+  name out of Kafka's namespace (Kafka's are ``metadata.version``, ``kraft.version``,
+  ``group.version``, ``transaction.version``...).
 """
 
 from __future__ import annotations
@@ -94,8 +96,12 @@ def parse_supported_override(text: str) -> dict[str, SupportedRange]:
 
 #: Levels a fresh ``/feature`` finalizes (clipped to the creator's range,
 #: :func:`default_levels`). ``group.version`` 1 is Kafka 4.0's default and what the embedded
-#: coordinator served before features existed (KIP-848 on); the audit format stays at the
-#: old level until the operator finalizes the new one.
+#: coordinator served before features existed (KIP-848 on). The audit format starts at 0
+#: (schema version 2), even on a new cluster: ``/feature`` is created by whichever sidecar
+#: starts first, and in a rolling upgrade from a release without features that is a new
+#: sidecar while old ones still write version 2; a default of 1 would mix formats with no
+#: operator decision. Finalizing level 1 is the operator's step, once every sidecar runs a
+#: release that supports it.
 DEFAULT_LEVELS: dict[str, int] = {GROUP_VERSION: 1, AUDIT_FORMAT: 0}
 
 

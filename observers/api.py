@@ -70,6 +70,14 @@ Work elsewhere
     process, an exchange lost with it). The other process must not outlive the sidecar
     and must finish within the ``close`` timeout.
 
+Features
+    ``ObserverConfig.feature_level(name)`` is the fleet's finalized level of a sidecar
+    feature (KIP-584, docs/features.md), read when called (cheap: any thread may call it),
+    0 for a feature not finalized and for every feature on a sidecar without ZooKeeper.
+    An observer whose output format may change checks it on its own schedule (the audit:
+    on its first exchange and every tick) and must not change format before the operator
+    finalizes the level that allows it.
+
 Failures
     An exception out of any ``record_*`` or ``tick`` call is caught, counted
     (``ksidecar_observer_errors_total``) and logged at most once per
@@ -79,7 +87,7 @@ Failures
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -157,6 +165,9 @@ class ObserverConfig(Mapping[str, str]):
     registry: CollectorRegistry | None = None
     #: Anything else the sidecar hands over (for example ``sidecar.upstream``).
     context: Mapping[str, str] = field(default_factory=dict)
+    #: The finalized level of a sidecar feature by name ("Features" above); ``None`` when
+    #: the sidecar has none to report (then every level is 0).
+    feature_level: Callable[[str], int] | None = None
 
     def __getitem__(self, key: str) -> str:
         return self.entries[key]

@@ -19,6 +19,11 @@ Two audits, one per ``observer.audit.isolation``:
 
 :class:`AuditObserver`, the built-in ``audit``, is constructed with no arguments (KIP-388)
 and becomes one or the other when configured. The files are the same either way.
+
+Either writes the schema version the fleet finalized (the sidecar feature
+``ksidecar.audit.format``, read through ``ObserverConfig.feature_level``): it checks the
+level on its first exchange and on every tick, and a change (an operator finalizing level
+1) starts new files in the new version (:meth:`~observers.audit_rows.AuditRecorder.use_version`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,14 @@ from typing import Any
 
 from observers.api import Observer, ObserverConfig
 from observers.audit_process import ProcessAudit
-from observers.audit_rows import AuditRecorder, audit_settings, facts_of, isolation_of
+from observers.audit_rows import (
+    AuditRecorder,
+    FeatureLevel,
+    audit_settings,
+    facts_of,
+    format_version,
+    isolation_of,
+)
 from observers.exchange import Exchange
 from protocol.apis import ApiRegistry
 
@@ -39,6 +51,9 @@ class ThreadAudit(Observer):
 
     def __init__(self) -> None:
         self.recorder: AuditRecorder | None = None
+        self.feature_level: FeatureLevel | None = None
+        #: False until the format was checked after the sidecar started (first exchange).
+        self._checked = False
 
     def configure(self, config: ObserverConfig) -> None:
         """Read ``observer.audit.*``, recover journals a killed sidecar left, open the sink."""
@@ -47,18 +62,26 @@ class ThreadAudit(Observer):
         apis = ApiRegistry(int(key)) if key else ApiRegistry()
         from observers.parquet_sink import SinkMetrics
 
+        self.feature_level = config.feature_level
         self.recorder = AuditRecorder.open(
-            settings, broker_id=config.broker_id, apis=apis, metrics=SinkMetrics(config.registry)
+            settings, broker_id=config.broker_id, apis=apis, metrics=SinkMetrics(config.registry),
+            version=format_version(self.feature_level),
         )
 
     def record_exchange(self, x: Exchange) -> None:
         """Build the exchange's rows from its frames and buffer them (raw exchanges)."""
-        assert self.recorder is not None
-        self.recorder.record(facts_of(x))
+        recorder = self.recorder
+        assert recorder is not None
+        if not self._checked:  # configured before the sidecar read /feature
+            self._checked = True
+            recorder.use_version(format_version(self.feature_level))
+        recorder.record(facts_of(x))
 
     def tick(self, now: float) -> None:
-        """Flush and roll on time."""
+        """Follow the finalized format; flush and roll on time."""
         if self.recorder is not None:
+            self._checked = True
+            self.recorder.use_version(format_version(self.feature_level))
             self.recorder.tick(now)
 
     def close(self, timeout: float) -> None:

@@ -21,6 +21,11 @@ so both name topics alike. Packed exchanges go in batches of :data:`BATCH` (or w
 is packed at the next tick) as one pickled message over a socket pair (a
 ``multiprocessing`` pipe); sending releases the GIL.
 
+Format. The parent follows the finalized ``ksidecar.audit.format`` (on its first exchange
+and every tick, as the thread audit does) and each batch goes as ``(schema version,
+exchanges)``: the child switches its recorder before recording a batch of another
+version, so the switch falls between the same exchanges as in thread mode.
+
 Bounds. At most :data:`MAX_IN_FLIGHT` batches are unacknowledged; while that many are,
 the worker thread waits for an acknowledgement, its queue fills, and the hub's
 ``observer.audit.overflow`` applies as in thread mode: ``drop`` drops (counted in
@@ -68,7 +73,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from observers.api import ERROR_LOG_INTERVAL, TICK_INTERVAL, Observer, ObserverConfig
-from observers.audit_rows import AuditFacts, AuditRecorder, audit_settings, facts_of
+from observers.audit_rows import (
+    AuditFacts,
+    AuditRecorder,
+    FeatureLevel,
+    audit_settings,
+    facts_of,
+    format_version,
+)
 from observers.errors import ObserverError
 from observers.exchange import Exchange
 from observers.parquet_sink import SinkMetrics
@@ -111,6 +123,10 @@ class ProcessAudit(Observer):
     def __init__(self) -> None:
         self.names = TopicNames()
         self.batch: list[AuditFacts] = []
+        #: The schema version of the exchanges in :attr:`batch` (sent with it).
+        self.version = format_version(None)
+        self.feature_level: FeatureLevel | None = None
+        self._checked = False
         self.in_flight = 0
         #: True until the child runs, and once it was stopped.
         self.closed = True
@@ -127,6 +143,8 @@ class ProcessAudit(Observer):
         """Start the child and configure its audit with the same keys (its errors are
         raised here, naming the key)."""
         self.metrics = SinkMetrics(config.registry)
+        self.feature_level = config.feature_level
+        self.version = format_version(self.feature_level)
         ours, theirs = socket.socketpair()
         root = str(Path(__file__).resolve().parent.parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -164,6 +182,8 @@ class ProcessAudit(Observer):
         """Pack ``x`` (:func:`pack`); send the batch when it is full."""
         if self.failure is not None:
             raise ObserverError(f"audit process: {self.failure}")
+        if not self._checked:  # configured before the sidecar read /feature
+            self._follow_format()
         batch = self.batch
         batch.append(pack(x, self.names))
         if len(batch) >= BATCH:
@@ -173,6 +193,7 @@ class ProcessAudit(Observer):
         """Send what is packed; publish what the child reported; notice a dead child."""
         if self.failure is not None:
             return
+        self._follow_format()
         self._send(None)
         self._receive(0.0)
         if self.failure is None and self.process.poll() is not None:
@@ -201,6 +222,14 @@ class ProcessAudit(Observer):
             atexit.unregister(self._abandon)
             self._stop_child(max(0.0, deadline - time.monotonic()))
 
+    def _follow_format(self) -> None:
+        """Take the finalized format's version; what is packed goes first, in its own."""
+        self._checked = True
+        version = format_version(self.feature_level)
+        if version != self.version:
+            self._send(None)
+            self.version = version
+
     def _send(self, deadline: float | None) -> None:
         """Send the packed batch, first waiting while :data:`MAX_IN_FLIGHT` are unanswered
         (until ``deadline``, ``time.monotonic``, when given; then the batch is lost)."""
@@ -221,7 +250,7 @@ class ProcessAudit(Observer):
         batch, self.batch = self.batch, []
         if self.failure is None:
             try:
-                self.conn.send(batch)
+                self.conn.send((self.version, batch))
                 self.in_flight += 1
                 return
             except OSError as exc:
@@ -361,11 +390,16 @@ def child_main(conn: Connection) -> None:
         while True:
             if conn.poll(max(0.0, next_tick - time.time())):
                 try:
-                    batch = conn.recv()
+                    message = conn.recv()
                 except (EOFError, OSError):
                     break  # the sidecar is gone
-                if batch is None:
+                if message is None:
                     break
+                version, batch = message
+                try:
+                    recorder.use_version(version)
+                except Exception as exc:
+                    stats.failed(exc)
                 for facts in batch:
                     try:
                         record(facts)

@@ -25,15 +25,31 @@ What each row says (:meth:`AuditRecorder.record`):
 * A Produce or Fetch naming no partition, and every other API: a single row with the
   partition columns null and the top-level error (for responses without one, the first
   non-zero error of a top-level array's entries, else 0).
+
+Which schema version the rows have is the recorder's :attr:`AuditRecorder.version` (2 or
+3: version 3 adds the client software columns). The audits set it from the finalized
+level of the sidecar feature ``ksidecar.audit.format`` (:func:`format_version`), checked
+on their first exchange and on every tick; a change rolls every open file, so rows of
+the new version start new files (:meth:`AuditRecorder.use_version`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from observers.audit_schema import AUDIT_SCHEMA, FETCH_KEY, METADATA_KEY, PRODUCE_KEY
+from observers.audit_schema import (
+    FETCH_KEY,
+    FORMAT_FEATURE,
+    METADATA_KEY,
+    PRODUCE_KEY,
+    VERSION_AT_LEVEL,
+    VERSION_KEY,
+    schema_for,
+    version_at_level,
+)
 from observers.errors import ObserverError
 from observers.exchange import Exchange, Frame, Link
 from observers.parquet_sink import ParquetSink, SinkMetrics
@@ -68,6 +84,17 @@ DEFAULTS = {
 
 _HOUR_US = 3_600_000_000
 
+log = logging.getLogger(__name__)
+
+#: The finalized level of a sidecar feature, by name (``ObserverConfig.feature_level``).
+FeatureLevel = Callable[[str], int]
+
+
+def format_version(feature_level: FeatureLevel | None) -> int:
+    """The schema version to write now: the one of ``ksidecar.audit.format``'s finalized
+    level; level 0's (version 2) when the sidecar has no features (no ZooKeeper)."""
+    return version_at_level(feature_level(FORMAT_FEATURE) if feature_level is not None else 0)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditFacts:
@@ -98,6 +125,8 @@ class AuditFacts:
     #: Produce ``acks`` and the partitions, when picked already (``request``/``body`` then
     #: may be left out).
     picked: Picked | None = None
+    #: ``(ClientSoftwareName, ClientSoftwareVersion)`` of the connection (KIP-511), if sent.
+    client_software: tuple[str, str] | None = None
 
 
 def facts_of(
@@ -143,7 +172,7 @@ def facts_of(
         response_size=len(response) if response is not None else None, elapsed=x.elapsed,
         upstream_elapsed=x.upstream_elapsed, local=x.local,
         expects_response=x.expects_response, max_wait_ms=max_wait, request=request,
-        body=body, picked=picked,
+        body=body, picked=picked, client_software=x.client_software,
     )
 
 
@@ -220,6 +249,8 @@ class AuditRecorder:
 
     def __init__(self, sink: ParquetSink, apis: ApiRegistry | None = None) -> None:
         self.sink = sink
+        #: The schema version of the rows (the sink's schema says which).
+        self.version = int((sink.schema.metadata or {}).get(VERSION_KEY.encode(), b"0"))
         self.apis = apis if apis is not None else ApiRegistry()
         self.names = TopicNames()
         self.errors = TopErrors()
@@ -231,10 +262,10 @@ class AuditRecorder:
     @classmethod
     def open(
         cls, settings: AuditSettings, *, broker_id: int, apis: ApiRegistry | None = None,
-        metrics: SinkMetrics | None = None,
+        metrics: SinkMetrics | None = None, version: int = VERSION_AT_LEVEL[0],
     ) -> AuditRecorder:
-        """A recorder over a new sink in ``settings.directory``, after recovering the
-        journals a killed sidecar left there."""
+        """A recorder of schema ``version`` over a new sink in ``settings.directory``, after
+        recovering the journals a killed sidecar left there."""
         holder: list[AuditRecorder] = []
 
         def current_broker() -> int:
@@ -242,7 +273,7 @@ class AuditRecorder:
             return known if known >= 0 else broker_id
 
         sink = ParquetSink(
-            settings.directory, AUDIT_SCHEMA, broker_id=current_broker,
+            settings.directory, schema_for(version), broker_id=current_broker,
             flush_interval=settings.flush_interval, roll_rows=settings.roll_rows,
             roll_bytes=settings.roll_bytes, roll_age=settings.roll_age, metrics=metrics,
         )
@@ -250,6 +281,17 @@ class AuditRecorder:
         holder.append(recorder)
         sink.recover()
         return recorder
+
+    def use_version(self, version: int) -> None:
+        """Write rows of schema ``version`` from now on: what is buffered is flushed and
+        every open file completed in the old version first (a file holds one version)."""
+        if version == self.version:
+            return
+        if version not in VERSION_AT_LEVEL.values():
+            raise ValueError(f"audit schema version {version} is not one this sidecar writes")
+        self.sink.change_schema(schema_for(version))
+        log.info("audit: writing schema version %d from now on (was %d)", version, self.version)
+        self.version = version
 
     def record(self, f: AuditFacts) -> None:
         """Buffer the rows of one exchange."""
@@ -279,17 +321,21 @@ class AuditRecorder:
             f.request_size, f.response_size, _micros(f.elapsed) if sent else None,
             _micros(f.upstream_elapsed) if sent and not f.local else None, f.local, acks,
         )
+        # Version 3's columns close every row (the columns of a version are a prefix of the next's).
+        end: tuple[str | None, ...] = ()
+        if self.version >= 3:
+            end = f.client_software if f.client_software is not None else (None, None)
         sink = self.sink
         if not parts:
-            sink.append((*head, True, error, *tail, None, None, None, None, None, f.max_wait_ms))
+            sink.append((*head, True, error, *tail, None, None, None, None, None, f.max_wait_ms, *end))
             if inventory:
                 fresh = self.inventory.fresh(received_us // _HOUR_US, inventory)
-                sink.add([(*head, False, 0, *tail, topic, None, None, None, count, None)
+                sink.add([(*head, False, 0, *tail, topic, None, None, None, count, None, *end)
                           for topic, count in fresh])
             return
         wait = f.max_wait_ms
         sink.add([
-            (*head, i == 0, p.error_code, *tail, p.topic, p.partition, p.bytes, p.records, None, wait)
+            (*head, i == 0, p.error_code, *tail, p.topic, p.partition, p.bytes, p.records, None, wait, *end)
             for i, p in enumerate(parts)
         ])
 

@@ -23,18 +23,34 @@ Versions:
    in the same hour) and ``max_wait_ms`` (a Fetch's designed wait, for long-poll-aware
    latency). Version 1 files read as version 2 with both columns null: readers give the
    full schema and Parquet fills the columns a file lacks with nulls.
+3. Adds ``client_software_name`` and ``client_software_version``: what the client said it
+   is in its connection's ApiVersions v3+ request (KIP-511), null when it sent none (older
+   clients, or requests before its ApiVersions). Version 1 and 2 files read as version 3
+   with both columns null.
+
+Which version a sidecar writes is the fleet's decision, not the release's: the sidecar
+feature ``ksidecar.audit.format`` (KIP-584, docs/features.md) at level 0 writes version 2,
+at level 1 version 3 (:data:`VERSION_AT_LEVEL`). A release that can write version 3 keeps
+writing version 2 until the operator finalizes level 1, so during a rolling upgrade every
+file is one the oldest sidecar's readers know.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-#: Written into each file's metadata; readers may refuse versions they do not know.
-SCHEMA_VERSION = 2
+#: The newest version (of :data:`AUDIT_SCHEMA`); each file's metadata names its own, and
+#: readers may refuse versions they do not know.
+SCHEMA_VERSION = 3
 #: The file metadata key that holds the schema version (as text).
 VERSION_KEY = "ksidecar.audit.schema"
 #: The versions readers of this module's schema accept (older files read with nulls).
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
+#: The sidecar feature (KIP-584) whose finalized level picks the version written
+#: (coordinator.features.AUDIT_FORMAT; spelled here too, as this module imports pyarrow only).
+FORMAT_FEATURE = "ksidecar.audit.format"
+#: The version written at each finalized level of :data:`FORMAT_FEATURE`.
+VERSION_AT_LEVEL: dict[int, int] = {0: 2, 1: 3}
 
 #: Hive partition directories, outermost first (values are strings in the paths).
 PARTITION_COLUMNS = ("dt", "hour")
@@ -43,7 +59,7 @@ PARTITION_COLUMNS = ("dt", "hour")
 ANONYMOUS = "User:ANONYMOUS"
 
 _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
-    # name, type, nullable, meaning
+    # name, type, nullable, meaning (the version that added a column: _ADDED)
     ("time", pa.timestamp("us", tz="UTC"), False, "when the sidecar received the request"),
     ("sidecar_broker_id", pa.int32(), False, "broker id of the sidecar that saw the request"),
     ("listener", pa.string(), False, "name of the sidecar listener the client used"),
@@ -70,13 +86,38 @@ _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     ("records", pa.int64(), True, "records produced or fetched for this partition"),
     ("topic_partitions", pa.int32(), True, "on a Metadata inventory row (first_row false): the partition count the response reported for topic, recorded at most once per topic per hour per sidecar; null elsewhere (v2)"),
     ("max_wait_ms", pa.int32(), True, "a Fetch request's MaxWaitMs: how long the broker may hold it by design (a long poll); null for other APIs (v2)"),
+    ("client_software_name", pa.string(), True, "ClientSoftwareName of the connection's ApiVersions v3+ request, e.g. confluent-kafka-python; null when the client sent none (v3)"),
+    ("client_software_version", pa.string(), True, "ClientSoftwareVersion of that request, e.g. 2.6.0-rdkafka-2.6.0; null likewise (v3)"),
 ]
+
+#: The first version of each column added after version 1 (the others are in every version).
+_ADDED = {"topic_partitions": 2, "max_wait_ms": 2, "client_software_name": 3,
+          "client_software_version": 3}
 
 #: The Arrow schema of every audit file (partition columns excluded).
 AUDIT_SCHEMA = pa.schema(
     [pa.field(name, dtype, nullable=nullable, metadata={"doc": doc}) for name, dtype, nullable, doc in _FIELDS],
     metadata={VERSION_KEY: str(SCHEMA_VERSION)},
 )
+
+
+def schema_for(version: int) -> pa.Schema:
+    """The schema of a file of ``version``: the columns that version had, in file order,
+    with the version in the metadata. New columns are only ever added at the end, so
+    each version's columns are a prefix of the next one's."""
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"audit schema version {version}: this module knows {READABLE_VERSIONS}")
+    return pa.schema([f for f in AUDIT_SCHEMA if _ADDED.get(f.name, 1) <= version],
+                     metadata={VERSION_KEY: str(version)})
+
+
+def version_at_level(level: int) -> int:
+    """The version to write with ``ksidecar.audit.format`` finalized at ``level`` (a level
+    above the known ones writes the newest version this module knows)."""
+    if level in VERSION_AT_LEVEL:
+        return VERSION_AT_LEVEL[level]
+    return VERSION_AT_LEVEL[max(VERSION_AT_LEVEL)] if level > 0 else VERSION_AT_LEVEL[0]
+
 
 #: Column names in file order.
 COLUMNS: tuple[str, ...] = tuple(name for name, *_ in _FIELDS)

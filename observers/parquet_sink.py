@@ -169,6 +169,12 @@ class ParquetSink:
         for hour in list(self._journals):
             self._roll(hour)
 
+    def change_schema(self, schema: pa.Schema) -> None:
+        """Write rows of ``schema`` from now on. The rows buffered so far (of the old schema)
+        are flushed and every journal rolled first, so each file holds one schema."""
+        self.close()
+        self.schema = schema
+
     def _batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
         columns = list(zip(*rows, strict=True))
         arrays = [pa.array(col, type=f.type) for col, f in zip(columns, self.schema, strict=True)]

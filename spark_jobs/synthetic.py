@@ -155,6 +155,8 @@ def hour_table(
         "records": _nullable(records, ~topical_row, pa.int64()),
         "topic_partitions": pa.nulls(total, pa.int32()),
         "max_wait_ms": _nullable(np.full(total, _MAX_WAIT_MS), ~per_row(fetch), pa.int32()),
+        "client_software_name": pa.nulls(total, pa.string()),
+        "client_software_version": pa.nulls(total, pa.string()),
     }
     traffic = pa.Table.from_arrays(list(columns.values()), schema=AUDIT_SCHEMA)
     return pa.concat_tables([traffic, inventory_table(start, shape, first_request_id + n)])
@@ -175,7 +177,7 @@ def inventory_table(start: datetime, shape: Shape, first_request_id: int) -> pa.
             "request_bytes": 60, "response_bytes": 40 * len(topics), "latency_us": 900,
             "upstream_latency_us": 850, "local": False, "acks": None, "topic": None,
             "partition": None, "bytes": None, "records": None, "topic_partitions": None,
-            "max_wait_ms": None,
+            "max_wait_ms": None, "client_software_name": None, "client_software_version": None,
         }
         rows.append(base)
         rows += [{**base, "first_row": False, "topic": t, "topic_partitions": shape.partitions}

@@ -9,6 +9,8 @@ a worker thread, without blocking the event loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 from prometheus_client import CollectorRegistry
 
@@ -25,9 +27,11 @@ BLOCKED_POLL = 0.001
 
 
 def load_hub(
-    config: SidecarConfig, apis: ApiRegistry, registry: CollectorRegistry, broker_id: int
+    config: SidecarConfig, apis: ApiRegistry, registry: CollectorRegistry, broker_id: int,
+    feature_level: Callable[[str], int] | None = None,
 ) -> ObserverHub | None:
-    """The hub of the observers ``observer.class.names`` names; ``None`` for none."""
+    """The hub of the observers ``observer.class.names`` names; ``None`` for none.
+    ``feature_level`` reads the fleet's finalized features (``ObserverConfig.feature_level``)."""
     names: str = config["observer.class.names"]
     if not names.strip():
         return None
@@ -36,6 +40,7 @@ def load_hub(
         broker_id=broker_id,
         registry=registry,
         context={key: str(config[key]) for key in CONTEXT_KEYS},
+        feature_level=feature_level,
     )
     try:
         return ObserverHub.load(names, observer_config, apis)

@@ -123,8 +123,12 @@ class Sidecar:
             "than the RFC (deviation: scram-nonce-suffix, see sidecar.sasl.scram.nonce.check), by "
             "listener, mechanism and deviation.", ["listener", "mechanism", "deviation"],
             registry=self.metrics.registry)
+        #: KIP-584 features (with ZooKeeper: ``/feature`` is shared by the fleet), else ``None``;
+        #: built below, once the coordinator is (observers read it only once serving).
+        self.features: FeatureState | None = None
         #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
-        self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id)
+        self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id,
+                                  self.feature_level)
         #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
         self.groups: GroupService | None = None
         if config["sidecar.coordinator"] == "embedded":
@@ -140,9 +144,8 @@ class Sidecar:
         if config["sidecar.authorizer"] == "acls" and self.zk is not None:
             self.acls = AclState(self.zk, super_users=config["super.users"],
                                  allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
-                                 open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}))
-        #: KIP-584 features (with ZooKeeper: ``/feature`` is shared by the fleet), else ``None``.
-        self.features: FeatureState | None = None
+                                 open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}),
+                                 topics=self.upstream.topics)
         if self.zk is not None:
             override: str = config["sidecar.features.supported.override"]
             supported = (parse_supported_override(override) if override else
@@ -203,6 +206,11 @@ class Sidecar:
         """``(node id, host, port)`` clients on ``listener`` are told for groups: this sidecar."""
         mine = self.advertised(listener)
         return self.broker_id, mine.host, mine.port
+
+    def feature_level(self, name: str) -> int:
+        """The fleet's finalized level of feature ``name`` (0 when not finalized, and always
+        without ZooKeeper): what observers read (the audit's format)."""
+        return self.features.level(name) if self.features is not None else 0
 
     def supported_features(self) -> dict[str, dict[str, int]]:
         """KIP-584 supported features for the registration (Kafka's format)."""

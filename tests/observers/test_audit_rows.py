@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry
 from observers.api import ObserverConfig
 from observers.audit import AuditObserver, ThreadAudit
 from observers.audit_rows import error_picker
-from observers.audit_schema import COLUMNS
 from observers.hub import ObserverHub, Settings
 from observers.prometheus import PrometheusObserver
 from protocol.apis import DEFAULT_REGISTRY
@@ -68,7 +67,7 @@ class Harness:
         while worker.items:
             worker.deliver(worker.items.popleft())  # type: ignore[arg-type]
         rows = self.sink._buffer[before:]
-        return [dict(zip(COLUMNS, r, strict=True)) for r in rows]
+        return [dict(zip(self.sink.schema.names, r, strict=True)) for r in rows]  # v2 or v3 rows
 
 
 def test_produce_rows_per_partition_with_their_errors(tmp_path: Path) -> None:

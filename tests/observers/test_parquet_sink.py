@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from observers.audit_schema import AUDIT_SCHEMA, COLUMNS
+from observers.audit_schema import AUDIT_SCHEMA, COLUMNS, schema_for
 from observers.parquet_sink import ParquetSink
 
 #: 2026-03-04 05:59:59 UTC, in microseconds: the next second is another hour.
@@ -34,6 +34,7 @@ def row(i: int, micros: int = T0) -> tuple[Any, ...]:
         "first_row": True, "error_code": 0, "request_bytes": 100, "response_bytes": 50,
         "latency_us": 10, "upstream_latency_us": 5, "local": False, "acks": 1, "topic": "t",
         "partition": 0, "bytes": 70, "records": 1, "topic_partitions": None, "max_wait_ms": None,
+        "client_software_name": "app", "client_software_version": "1.0",
     }
     return tuple(values[c] for c in COLUMNS)
 
@@ -69,7 +70,7 @@ def test_rows_roll_into_complete_files_by_row_count(tmp_path: Path) -> None:
     assert set(table.column("dt").to_pylist()) == {"2026-03-04"}
     assert set(table.column("hour").to_pylist()) == {5}
     assert table.schema.field("time").type == pa.timestamp("us", tz="UTC")
-    assert pq.read_schema(visible(tmp_path)[0]).metadata[b"ksidecar.audit.schema"] == b"2"
+    assert pq.read_schema(visible(tmp_path)[0]).metadata[b"ksidecar.audit.schema"] == b"3"  # AUDIT_SCHEMA is v3
 
 
 def test_hours_go_to_their_own_partitions_and_age_rolls_files(tmp_path: Path) -> None:
@@ -137,9 +138,9 @@ def test_a_journal_of_an_older_schema_becomes_a_file_of_its_own_schema(tmp_path:
     readers accept both), not forced into today's schema."""
     from observers.audit_schema import READABLE_VERSIONS, VERSION_KEY
 
-    v1 = pa.schema(list(AUDIT_SCHEMA)[:-2], metadata={VERSION_KEY: "1"})
+    v1 = schema_for(1)
     old = ParquetSink(tmp_path, v1, broker_id=lambda: 1, clock=Clock())
-    old.add([row(0)[:-2]])
+    old.add([row(0)[:24]])
     old.flush()
     for j in old._journals.values():
         j.file.close()  # what a SIGKILL leaves: the lock goes with the process
@@ -149,4 +150,4 @@ def test_a_journal_of_an_older_schema_becomes_a_file_of_its_own_schema(tmp_path:
     (path,) = visible(tmp_path)
     written = pq.read_schema(path)
     assert written.metadata[VERSION_KEY.encode()] == b"1" and 1 in READABLE_VERSIONS
-    assert written.names == list(AUDIT_SCHEMA.names)[:-2]
+    assert written.names == list(AUDIT_SCHEMA.names)[:24]

@@ -50,9 +50,11 @@ def request(
     acks: int | None = None,
     max_wait_ms: int | None = None,
     inventory: dict[str, int] | None = None,
+    software: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The audit rows of one request (see the module docstring); ``inventory`` (topic →
-    partitions) adds a Metadata request's inventory rows."""
+    partitions) adds a Metadata request's inventory rows; ``software`` is the client's
+    (name, version) from its ApiVersions (audit schema v3)."""
     request_id = next(_ids)
     base: dict[str, Any] = {
         "time": at(time), "sidecar_broker_id": sidecar, "listener": "PLAINTEXT",
@@ -65,6 +67,8 @@ def request(
         "acks": acks if api_key == PRODUCE else None,
         "topic": None, "partition": None, "bytes": None, "records": None,
         "topic_partitions": None, "max_wait_ms": max_wait_ms,
+        "client_software_name": software[0] if software else None,
+        "client_software_version": software[1] if software else None,
     }
     if inventory:
         return [base] + [
