@@ -144,8 +144,7 @@ class Sidecar:
         if config["sidecar.authorizer"] == "acls" and self.zk is not None:
             self.acls = AclState(self.zk, super_users=config["super.users"],
                                  allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
-                                 open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}),
-                                 topics=self.upstream.topics)
+                                 open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}))
         if self.zk is not None:
             override: str = config["sidecar.features.supported.override"]
             supported = (parse_supported_override(override) if override else
