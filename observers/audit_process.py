@@ -229,11 +229,15 @@ class ProcessAudit(Observer):
         if version != self.version:
             self._send(None)
             self.version = version
+            # Told at once, even with nothing packed: the child completes the old version's
+            # files now, as the thread audit does, not at its next exchange.
+            self._send(None, announce=True)
 
-    def _send(self, deadline: float | None) -> None:
+    def _send(self, deadline: float | None, *, announce: bool = False) -> None:
         """Send the packed batch, first waiting while :data:`MAX_IN_FLIGHT` are unanswered
-        (until ``deadline``, ``time.monotonic``, when given; then the batch is lost)."""
-        if not self.batch:
+        (until ``deadline``, ``time.monotonic``, when given; then the batch is lost); with
+        ``announce``, even an empty one (it carries the schema version)."""
+        if not self.batch and not announce:
             return
         self._receive(0.0)
         while self.in_flight >= MAX_IN_FLIGHT and self.failure is None:

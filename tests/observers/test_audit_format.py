@@ -137,3 +137,25 @@ def test_without_features_the_audit_writes_version_2(tmp_path: Path) -> None:
     audit.close(30)
     ((version, names, rows),) = files(tmp_path)
     assert version == b"2" and len(names) == 26 and len(rows) == 1
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_switch_completes_the_old_versions_files_without_waiting_for_traffic(
+        tmp_path: Path, isolation: str) -> None:
+    """Rows of the old version are visible as soon as the audit follows the new level (an
+    operator, or a test, can see the switch happened), before any new exchange."""
+    fleet = Fleet()
+    audit = Audit(tmp_path, isolation, fleet)
+    audit.feed(produce(1, SMALL), RDKAFKA)
+    audit.audit.tick(time.time())
+    assert files(tmp_path) == []  # in a journal, not yet a file
+    fleet.levels[AUDIT_FORMAT] = 1
+    deadline = time.monotonic() + 10  # the child process answers in its own time
+    audit.audit.tick(time.time())
+    while not files(tmp_path) and time.monotonic() < deadline:
+        audit.audit.tick(time.time())
+        time.sleep(0.01)
+    ((version, _, rows),) = files(tmp_path)
+    assert version == b"2" and [r["correlation_id"] for r in rows] == [1, 1]
+    audit.audit.close(30)
+    assert len(files(tmp_path)) == 1  # nothing recorded after the switch: no v3 file
