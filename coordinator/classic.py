@@ -538,6 +538,13 @@ class ClassicProtocol:
         for m in group.members.values():
             self.ctx.timers.set((HEARTBEAT, group.group_id, m.member_id), now + m.session_timeout_ms)
 
+    def abandon(self, group: ClassicGroup, error: Code) -> None:
+        """This sidecar stops serving ``group`` (hand-over): answer its parked JoinGroup
+        and SyncGroup requests with ``error`` and forget its initial-delay bookkeeping."""
+        for member in group.members.values():
+            self._drop_member_parked(member, error)
+        self._initial.pop(group.group_id, None)
+
     def delete(self, group: ClassicGroup, now: int) -> None:
         """Mark a group Dead and forget its timers (DeleteGroups, retention)."""
         group.transition(DEAD, now)

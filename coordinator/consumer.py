@@ -332,6 +332,11 @@ class ConsumerProtocol:
             self.ctx.timers.set((SESSION, group.group_id, member_id),
                                 now + self.ctx.settings.consumer_session_timeout_ms)
 
+    def abandon(self, group_id: str) -> None:
+        """This sidecar stops serving ``group_id`` (hand-over): forget its bookkeeping."""
+        for key in [k for k in self._rebalance_epoch if k[0] == group_id]:
+            del self._rebalance_epoch[key]
+
     def delete(self, group: ConsumerGroup) -> None:
         """Forget a deleted group's timers."""
         group.dead = True

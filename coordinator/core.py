@@ -27,6 +27,7 @@ from coordinator.consumer import ConsumerProtocol
 from coordinator.consumer_group import ConsumerGroup
 from coordinator.context import Context, random_id
 from coordinator.errors import Code
+from coordinator.fleet import Fleet
 from coordinator.messages.admin import (
     KEY_TYPE_GROUP,
     Coordinator,
@@ -63,12 +64,16 @@ from coordinator.messages.consumer import (
     NamedTopicPartitions,
 )
 from coordinator.messages.offsets import (
+    FetchGroup,
+    FetchGroupResult,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetDeleteRequest,
     OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    PartitionError,
+    TopicErrors,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
@@ -130,6 +135,9 @@ class GroupCoordinator:
         self.consumer = ConsumerProtocol(self.ctx)
         self.offsets = Offsets(self.ctx)
         self._held: dict[int, _Held] = {}
+        #: Which groups this sidecar serves among the fleet (``None``: every group it is
+        #: asked about, the single-sidecar behaviour). Set by the shell.
+        self.fleet: Fleet | None = None
         self.ctx.timers.set(RETENTION, now + self.ctx.settings.offsets_retention_check_interval_ms)
 
     @property
@@ -141,6 +149,13 @@ class GroupCoordinator:
         if isinstance(result, int):
             return self.ctx.outbox.drain(ticket=result)
         return self.ctx.outbox.drain(response=result)
+
+    def _refused(self, group_id: str, *, write: bool = False) -> Code | None:
+        """The error for a request about a group this sidecar does not serve, else ``None``."""
+        if self.fleet is None:
+            return None
+        code = self.fleet.code(group_id, write=write)
+        return None if code is Code.NONE else code
 
     def _hold(self, writes: Iterable[Write], ok: R, failed: R) -> Step[R]:
         listed = tuple(writes)
@@ -155,18 +170,26 @@ class GroupCoordinator:
 
     def join_group(self, req: JoinGroupRequest, client: Client, now: int) -> Step[JoinGroupResponse]:
         """JoinGroup: usually parked until the join phase completes."""
+        if (refused := self._refused(req.group_id)) is not None:
+            return self._step(JoinGroupResponse(error=refused, member_id=req.member_id))
         return self._step(self.classic.join(req, client, now))
 
     def sync_group(self, req: SyncGroupRequest, now: int) -> Step[SyncGroupResponse]:
         """SyncGroup: parked in CompletingRebalance until the leader's assignment arrives."""
+        if (refused := self._refused(req.group_id)) is not None:
+            return self._step(SyncGroupResponse(error=refused))
         return self._step(self.classic.sync(req, now))
 
     def heartbeat(self, req: HeartbeatRequest, now: int) -> Step[HeartbeatResponse]:
         """Heartbeat: always answered now."""
+        if (refused := self._refused(req.group_id)) is not None:
+            return self._step(HeartbeatResponse(error=refused))
         return self._step(self.classic.heartbeat(req, now))
 
     def leave_group(self, req: LeaveGroupRequest, now: int) -> Step[LeaveGroupResponse]:
         """LeaveGroup: answered now (may answer other members' parked requests)."""
+        if (refused := self._refused(req.group_id)) is not None:
+            return self._step(LeaveGroupResponse(error=refused))
         return self._step(self.classic.leave(req, now))
 
     # -- KIP-848 -------------------------------------------------------------------------
@@ -174,6 +197,8 @@ class GroupCoordinator:
     def consumer_group_heartbeat(self, req: ConsumerGroupHeartbeatRequest, client: Client,
                                  now: int) -> Step[ConsumerGroupHeartbeatResponse]:
         """ConsumerGroupHeartbeat: always answered now."""
+        if (refused := self._refused(req.group_id)) is not None:
+            return self._step(ConsumerGroupHeartbeatResponse(error=refused, member_id=req.member_id or None))
         return self._step(self.consumer.heartbeat(req, client, now))
 
     def consumer_group_describe(self, req: ConsumerGroupDescribeRequest) -> Step[ConsumerGroupDescribeResponse]:
@@ -181,7 +206,9 @@ class GroupCoordinator:
         out = []
         for group_id in req.group_ids:
             group = self.ctx.groups.get(group_id)
-            if group is None or (isinstance(group, ConsumerGroup) and group.dead):
+            if (refused := self._refused(group_id)) is not None:
+                out.append(DescribedConsumerGroup(group_id=group_id, error=refused))
+            elif group is None or (isinstance(group, ConsumerGroup) and group.dead):
                 out.append(DescribedConsumerGroup(group_id=group_id, error=Code.GROUP_ID_NOT_FOUND,
                                                   error_message=f"Group {group_id} not found."))
             elif isinstance(group, ClassicGroup):
@@ -236,16 +263,28 @@ class GroupCoordinator:
     def offset_commit(self, req: OffsetCommitRequest, now: int) -> Step[OffsetCommitResponse]:
         """OffsetCommit: parked until ZooKeeper holds the offsets (answered now if nothing
         is to be written)."""
+        if (refused := self._refused(req.group_id, write=True)) is not None:
+            return self._step(OffsetCommitResponse(topics=tuple(
+                TopicErrors(name=t.name, topic_id=t.topic_id, partitions=tuple(
+                    PartitionError(partition=p.partition, error=refused) for p in t.partitions))
+                for t in req.topics)))
         response, writes = self.offsets.commit(req, self.topics, now)
         return self._hold(writes, response, response.with_error(WRITE_FAILED))
 
     def offset_fetch(self, req: OffsetFetchRequest) -> Step[OffsetFetchResponse]:
         """OffsetFetch (one group before v8, a batch from v8)."""
-        return self.ctx.outbox.drain(response=OffsetFetchResponse(groups=tuple(
-            self.offsets.fetch(g, req.version, self.topics) for g in req.groups)))
+        def one(g: FetchGroup) -> FetchGroupResult:
+            refused = self._refused(g.group_id)
+            if refused is not None:
+                return FetchGroupResult(group_id=g.group_id, error=refused)
+            return self.offsets.fetch(g, req.version, self.topics)
+
+        return self.ctx.outbox.drain(response=OffsetFetchResponse(groups=tuple(one(g) for g in req.groups)))
 
     def offset_delete(self, req: OffsetDeleteRequest) -> Step[OffsetDeleteResponse]:
         """OffsetDelete: parked until the deletions are durable."""
+        if (refused := self._refused(req.group_id, write=True)) is not None:
+            return self._step(OffsetDeleteResponse(error=refused))
         response, writes = self.offsets.delete(req)
         return self._hold(writes, response, OffsetDeleteResponse(error=WRITE_FAILED))
 
@@ -256,17 +295,25 @@ class GroupCoordinator:
     # -- administration ------------------------------------------------------------------
 
     def find_coordinator(self, req: FindCoordinatorRequest, *, node_id: int, host: str,
-                         port: int) -> Step[FindCoordinatorResponse]:
-        """FindCoordinator for groups: this sidecar (``node_id``/``host``/``port``, as the
-        client should see it) coordinates every group it is asked about. Transaction keys
-        belong to the broker: the shell forwards those; here they are INVALID_REQUEST."""
+                         port: int, listener: str = "") -> Step[FindCoordinatorResponse]:
+        """FindCoordinator for groups. Alone, this sidecar (``node_id``/``host``/``port``, as
+        the client should see it) coordinates every group it is asked about; in a fleet each
+        key names the sidecar the placement gives it, at its address on ``listener``.
+        Transaction keys belong to the broker: the shell forwards those; here they are
+        INVALID_REQUEST."""
         if req.key_type != KEY_TYPE_GROUP:
             entries = tuple(Coordinator(key=k, error=Code.INVALID_REQUEST,
                                         error_message="only group coordinators are served here")
                             for k in req.keys)
         else:
-            entries = tuple(Coordinator(key=k, node_id=node_id, host=host, port=port) for k in req.keys)
+            entries = tuple(self._locate(k, listener, node_id, host, port) for k in req.keys)
         return self.ctx.outbox.drain(response=FindCoordinatorResponse(coordinators=entries))
+
+    def _locate(self, key: str, listener: str, node_id: int, host: str, port: int) -> Coordinator:
+        found = self.fleet.locate(key, listener) if self.fleet is not None else None
+        if found is not None:
+            node_id, host, port = found
+        return Coordinator(key=key, node_id=node_id, host=host, port=port)
 
     def list_groups(self, req: ListGroupsRequest) -> Step[ListGroupsResponse]:
         """ListGroups with its state and type filters (case-insensitive)."""
@@ -294,7 +341,9 @@ class GroupCoordinator:
         out = []
         for group_id in req.groups:
             group = self.ctx.groups.get(group_id)
-            if isinstance(group, ConsumerGroup) and not group.dead:
+            if (refused := self._refused(group_id)) is not None:
+                out.append(DescribedGroup(group_id=group_id, error=refused))
+            elif isinstance(group, ConsumerGroup) and not group.dead:
                 out.append(DescribedGroup(group_id=group_id, error=Code.GROUP_ID_NOT_FOUND,
                                           error_message=f"Group {group_id} is not a classic group."))
             elif not isinstance(group, ClassicGroup) or group.is_(ClassicState.DEAD):
@@ -319,7 +368,9 @@ class GroupCoordinator:
         writes: list[Write] = []
         for group_id in req.groups:
             group = self.ctx.groups.get(group_id)
-            if group is None or (isinstance(group, ClassicGroup) and group.is_(ClassicState.DEAD)) or (
+            if (refused := self._refused(group_id, write=True)) is not None:
+                results.append((group_id, refused))
+            elif group is None or (isinstance(group, ClassicGroup) and group.is_(ClassicState.DEAD)) or (
                     isinstance(group, ConsumerGroup) and group.dead):
                 results.append((group_id, Code.GROUP_ID_NOT_FOUND))
             elif not group.is_empty():
@@ -413,6 +464,31 @@ class GroupCoordinator:
             self.ctx.groups[loaded.group_id] = ClassicGroup(group_id=loaded.group_id, state_timestamp=now)
         if loaded.offsets:
             self.offsets.committed[loaded.group_id] = dict(loaded.offsets)
+
+    def adopt(self, loaded: LoadedGroup | None, group_id: str, now: int) -> None:
+        """Start serving ``group_id`` after claiming it (hand-over, seed §5 step 2): bring
+        back what the store holds of it (``loaded``; ``None`` if nothing), replacing any
+        state left here from an earlier ownership. Its known members get one session
+        timeout to heartbeat again before they are removed and the group rebalances."""
+        self._drop(group_id)
+        if loaded is not None:
+            self.load([loaded], now)
+
+    def release(self, group_id: str) -> Step[Response]:
+        """Stop serving ``group_id`` (it moves to another sidecar, or the claim is lost):
+        its parked JoinGroup/SyncGroup requests are answered NOT_COORDINATOR (the members
+        look the coordinator up again), its timers and its state here are forgotten. Writes
+        already handed to the store still complete (or fail) through :meth:`writes_done`."""
+        self._drop(group_id)
+        return self.ctx.outbox.drain()
+
+    def _drop(self, group_id: str) -> None:
+        group = self.ctx.groups.pop(group_id, None)
+        if isinstance(group, ClassicGroup):
+            self.classic.abandon(group, Code.NOT_COORDINATOR)
+        self.consumer.abandon(group_id)
+        self.ctx.timers.cancel_group(group_id)
+        self.offsets.committed.pop(group_id, None)
 
     def statistics(self) -> dict[str, int]:
         """Counts for metrics: groups by ``<type>.<state>``, and ``members``."""

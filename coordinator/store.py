@@ -10,12 +10,15 @@ multi-op transaction: all of it becomes visible at once or none of it does. Batc
 larger than ZooKeeper's default request limit (``jute.maxbuffer``, 1 MiB) are split into
 transactions of at most :data:`MAX_TRANSACTION_BYTES`, each atomic. An optional *guard*
 (a znode path and its version, e.g. the owner's claim) is checked in every transaction,
-so a sidecar that lost a group cannot write for it.
+so a sidecar that lost a group cannot write for it. In a fleet, *guards* maps each group
+to its own claim (:mod:`coordinator.claims`): every transaction checks the claim of every
+group it writes, and a group with no claim here is not written at all.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.core import LoadedGroup
@@ -52,10 +55,13 @@ class GroupStore:
     """Offsets and group records of one coordinator in ZooKeeper."""
 
     def __init__(self, client: KazooClient, *, root: str = ROOT,
-                 guard: tuple[str, int] | None = None) -> None:
+                 guard: tuple[str, int] | None = None,
+                 guards: Callable[[str], tuple[str, int] | None] | None = None) -> None:
         self.client = client
         self.root = root.rstrip("/") or ROOT
         self.guard = guard
+        #: Group id -> the ``(path, version)`` of its claim here, ``None`` if unclaimed.
+        self.guards = guards
         #: Paths known to exist, so a write knows whether to create or to set.
         self._known: set[str] = set()
         self.transactions = 0
@@ -65,6 +71,7 @@ class GroupStore:
     def apply(self, writes: list[Write]) -> None:
         """Write a flattened batch (:func:`coordinator.batching.flatten`); raise
         :class:`StoreError` if ZooKeeper refused it."""
+        checks = self._checks(writes)
         ops: list[tuple[str, str, bytes]] = []
         creating: set[str] = set()
         deleting: set[str] = set()
@@ -89,7 +96,7 @@ class GroupStore:
                 self._put(registry_path(w.group_id, self.root), encode_record(w.record), ops, creating, deleting)
         try:
             for chunk in _chunks(ops):
-                self._commit(chunk)
+                self._commit(chunk, checks)
         except StoreError:
             self._known.clear()  # re-learn what exists before the next attempt
             raise
@@ -132,10 +139,20 @@ class GroupStore:
         out.append(path)
         return out
 
-    def _commit(self, ops: list[tuple[str, str, bytes]]) -> None:
+    def _checks(self, writes: list[Write]) -> list[tuple[str, int]]:
+        checks = [self.guard] if self.guard is not None else []
+        if self.guards is not None:
+            for group_id in sorted({w.group_id for w in writes}):
+                guard = self.guards(group_id)
+                if guard is None:
+                    raise StoreError(f"group {group_id!r} is not claimed by this sidecar")
+                checks.append(guard)
+        return checks
+
+    def _commit(self, ops: list[tuple[str, str, bytes]], checks: list[tuple[str, int]]) -> None:
         txn = self.client.transaction()
-        if self.guard is not None:
-            txn.check(self.guard[0], self.guard[1])
+        for path, version in checks:
+            txn.check(path, version)
         for kind, path, data in ops:
             if kind == "create":
                 txn.create(path, data)
@@ -157,6 +174,16 @@ class GroupStore:
                 self._known.discard(path)
             else:
                 self._known.add(path)
+
+    def forget(self, group_id: str | None = None) -> None:
+        """Forget which znodes of ``group_id`` (or of every group) exist: another sidecar
+        may have written or deleted them since (a group that comes back after a hand-over,
+        a session that expired)."""
+        if group_id is None:
+            self._known.clear()
+            return
+        base = group_path(group_id, self.root)
+        self._known = {p for p in self._known if p != base and not p.startswith(base + "/")}
 
     # -- reading -------------------------------------------------------------------------
 

@@ -37,6 +37,14 @@ class Deadlines:
         """Forget ``key`` (nothing happens if it is not armed)."""
         self._when.pop(key, None)
 
+    def cancel_group(self, group_id: str) -> int:
+        """Forget every key of ``group_id`` (keys are tuples ``(kind, group_id, ...)``);
+        returns how many were armed."""
+        doomed = [k for k in self._when if isinstance(k, tuple) and len(k) > 1 and k[1] == group_id]
+        for key in doomed:
+            del self._when[key]
+        return len(doomed)
+
     def get(self, key: Hashable) -> int | None:
         """When ``key`` is due, or ``None``."""
         return self._when.get(key)

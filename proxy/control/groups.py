@@ -13,6 +13,15 @@ does what the core asks (docs/coordinator.md, "Calling the core"):
 * one metadata task asks the broker for the topics the groups subscribe to, every
   ``sidecar.coordinator.metadata.refresh.ms`` and at once when a subscription changes.
 
+In a fleet (``fleet=True``, the default) each group is served by one sidecar
+(docs/coordinator.md, "Groups over the fleet"): a watch over ``/brokers/ids`` keeps the
+core's :class:`~coordinator.fleet.Fleet` view of the live sidecars; a placement task
+claims the groups the placement gives this sidecar (:class:`~coordinator.claims.GroupClaims`)
+and loads each from ZooKeeper before serving it, and hands over those it moved away (stop
+serving, let the writes in flight finish, release the claim). Every write carries the
+claim's version in its transaction. The session task fences: SUSPENDED refuses writes,
+LOST drops every group.
+
 The core reads no clock; ``clock`` (milliseconds since the epoch, wall time by default)
 is injectable, so the shell runs under trio's virtual clock in tests.
 """
@@ -26,17 +35,21 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
-from kazoo.exceptions import KazooException
+from kazoo.client import KazooState
+from kazoo.exceptions import KazooException, NoNodeError
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coordinator.batching import CommitBatcher, flatten
+from coordinator.claims import GroupClaims
 from coordinator.core import GroupCoordinator
-from coordinator.outcome import Response, Step
+from coordinator.fleet import Endpoints, Fleet
+from coordinator.outcome import Response, Step, WriteSet
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import GroupStore, StoreError
 from coordinator.topics import TopicInfo, TopicsSnapshot
+from proxy.control.registration import IDS_PATH, endpoints_of, parse_registration
 from proxy.control.zk import ZooKeeper
 from proxy.local.ports import GroupCall, Pending
 
@@ -99,6 +112,16 @@ class _GroupCollector(Collector):
                 members.add_metric([], count)
         yield groups
         yield members
+        fleet = self.service.fleet
+        if fleet is not None:
+            owned = GaugeMetricFamily("ksidecar_groups_owned", "Groups this sidecar has claimed "
+                                      "and serves (the fleet spreads groups over the sidecars).")
+            owned.add_metric([], len(fleet.held))
+            yield owned
+            live = GaugeMetricFamily("ksidecar_coordinator_fleet_sidecars",
+                                     "Live sidecars registered in ZooKeeper, as this one sees them.")
+            live.add_metric([], len(fleet.live))
+            yield live
 
 
 class GroupService:
@@ -115,11 +138,23 @@ class GroupService:
         refresh_interval: float = 10.0,
         clock: Callable[[], int] = wall_ms,
         store: GroupStore | None = None,
+        fleet: bool = True,
+        claim_retry: float = 0.2,
     ) -> None:
         self.clock = clock
         self.core = GroupCoordinator(settings, now=clock())
         self.zk = zk
-        self.store = store if store is not None else GroupStore(zk.client)
+        #: The fleet view (``None``: this sidecar serves every group, alone).
+        self.fleet = Fleet() if fleet else None
+        self.core.fleet = self.fleet
+        if store is not None:
+            self.store = store
+        elif self.fleet is not None:
+            self.store = GroupStore(zk.client, guards=self._guard)
+        else:
+            self.store = GroupStore(zk.client)
+        self.claims: GroupClaims | None = None
+        self.claim_retry = claim_retry
         self.metadata = metadata
         self._address = address
         self.refresh_interval = refresh_interval
@@ -129,6 +164,13 @@ class GroupService:
         self._writes_queued = trio.Event()
         self._deadline_changed = trio.Event()
         self._refresh_now = trio.Event()
+        self._place_now = trio.Event()
+        self._placed = trio.Event()
+        self._rescan = True
+        self._writer_idle = trio.Event()
+        self._writer_idle.set()
+        #: Hand-overs done and their durations (seconds), for tests and logs.
+        self.handovers: list[tuple[str, float]] = []
 
     # -- the port ------------------------------------------------------------------------
 
@@ -144,6 +186,8 @@ class GroupService:
             assert step.ticket is not None
             pending = self._pending[step.ticket] = Pending()
         response = self._apply(step)
+        if self.fleet is not None and self.fleet.has_wanted():
+            self._place_now.set()
         if response is not None:
             return response
         assert pending is not None
@@ -176,17 +220,192 @@ class GroupService:
     # -- the tasks -----------------------------------------------------------------------
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Load the groups from ZooKeeper, then run the writer, timer and metadata tasks."""
-        loaded = await self.zk.call(self.store.load)
-        self.core.load(loaded, self.clock())
-        if loaded:
-            log.info("coordinator resumed %d group(s) from ZooKeeper; their members have one "
-                     "session timeout to come back", len(loaded))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._writer)
-            nursery.start_soon(self._timers)
-            nursery.start_soon(self._refresh_topics)
-            task_status.started()
+        """Load the groups from ZooKeeper (alone: all of them; in a fleet: those the
+        placement gives this sidecar, once claimed), then run the writer, timer and
+        metadata tasks, and in a fleet the watch, placement and session tasks."""
+        if self.fleet is None:
+            loaded = await self.zk.call(self.store.load)
+            self.core.load(loaded, self.clock())
+            if loaded:
+                log.info("coordinator resumed %d group(s) from ZooKeeper; their members have one "
+                         "session timeout to come back", len(loaded))
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._timers)
+                nursery.start_soon(self._refresh_topics)
+                if self.fleet is not None:
+                    states = self.zk.states()
+                    await self.zk.call(self.zk.client.ensure_path, IDS_PATH)
+                    self.zk.client.ChildrenWatch(IDS_PATH, self._children_changed)
+                    nursery.start_soon(self._session, states)
+                    nursery.start_soon(self._place)
+                    # Start serving once this sidecar has seen itself registered and made
+                    # its first claims (or after a while: requests then get LOAD_IN_PROGRESS).
+                    with trio.move_on_after(self.zk.session_timeout):
+                        await self._placed.wait()
+                task_status.started()
+        finally:
+            if self.fleet is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await self._release_all()
+
+    # -- the fleet -----------------------------------------------------------------------
+
+    def _guard(self, group_id: str) -> tuple[str, int] | None:
+        """The claim check a write for ``group_id`` carries (``None``: not ours)."""
+        assert self.fleet is not None
+        version = self.fleet.held.get(group_id)
+        if version is None or self.claims is None:
+            return None
+        return self.claims.guard(group_id, version)
+
+    def _children_changed(self, children: list[str]) -> bool:
+        # kazoo thread: read every registration; ours is the one our session owns.
+        client = self.zk.client
+        session = client.client_id[0] if client.client_id else None
+        live: dict[int, Endpoints] = {}
+        me: int | None = None
+        for child in children:
+            if not child.lstrip("-").isdigit():
+                continue
+            try:
+                raw, stat = client.get(f"{IDS_PATH}/{child}")
+            except (NoNodeError, KazooException):
+                continue
+            body = parse_registration(raw)
+            if body is None:
+                continue
+            node_id = int(child)
+            live[node_id] = {name: (a.host, a.port) for name, a in endpoints_of(body).items()}
+            if session is not None and stat.ephemeralOwner == session:
+                me = node_id
+        return bool(self.zk.deliver(self._live_changed)(live, me))
+
+    def _live_changed(self, live: dict[int, Endpoints], me: int | None) -> None:
+        assert self.fleet is not None
+        before = (sorted(self.fleet.live), self.fleet.me)
+        self.fleet.set_live(live, me)
+        if me is not None and (self.claims is None or self.claims.node_id != me):
+            self.claims = GroupClaims(self.zk.client, me)
+        if (sorted(live), me) != before:
+            log.info("coordinator: live sidecars %s (this one: %s)", sorted(live), me)
+            self._rescan = True
+            self._place_now.set()
+
+    async def _session(self, states: trio.MemoryReceiveChannel[str]) -> None:
+        assert self.fleet is not None
+        async for state in states:
+            if state == KazooState.SUSPENDED:
+                self.fleet.suspended = True
+                log.warning("coordinator: ZooKeeper session suspended; commits are refused until "
+                            "it is back")
+            elif state == KazooState.LOST:
+                self.fleet.suspended = False
+                dropped = sorted(self.fleet.held)
+                for group_id in dropped:
+                    self._drop(group_id)
+                self.store.forget()
+                log.warning("coordinator: ZooKeeper session lost; dropped %d group(s), their "
+                            "claims are gone", len(dropped))
+                self._rescan = True
+                self._place_now.set()
+            else:
+                self.fleet.suspended = False
+                self._rescan = True
+                self._place_now.set()
+
+    def _drop(self, group_id: str) -> None:
+        assert self.fleet is not None
+        self.fleet.released(group_id)
+        self._apply(self.core.release(group_id))
+
+    async def _place(self) -> None:
+        """Claim the groups the placement gives this sidecar; hand over the others."""
+        assert self.fleet is not None
+        while True:
+            self._place_now = trio.Event()
+            retry = False
+            try:
+                for group_id in self.fleet.misplaced():
+                    await self._hand_over(group_id)
+                candidates = self.fleet.take_wanted()
+                if self._rescan and self.fleet.me is not None:
+                    self._rescan = False
+                    candidates |= set(await self.zk.call(self.store.group_ids))
+                for group_id in self.fleet.mine(candidates):
+                    if not await self._claim(group_id):
+                        retry = True
+                        self.fleet.code(group_id)  # keep it wanted
+            except (KazooException, StoreError) as exc:
+                log.warning("coordinator: placement step failed (%s); retrying", exc)
+                retry = True
+                self._rescan = True
+            if self.fleet.me is not None:
+                self._placed.set()
+            with trio.move_on_after(self.claim_retry if retry or self.fleet.me is None else math.inf):
+                await self._place_now.wait()
+
+    async def _claim(self, group_id: str) -> bool:
+        """Claim and load ``group_id``; False if another live session holds it."""
+        assert self.fleet is not None and self.claims is not None
+        claims = self.claims
+        began = trio.current_time()
+        version = await self.zk.call(claims.claim, group_id)
+        if version is None:
+            return False
+        try:
+            self.store.forget(group_id)
+            loaded = await self.zk.call(self.store.load_group, group_id)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.zk.call(claims.release, group_id)
+            raise
+        if self.fleet.owner(group_id) != self.fleet.me:  # the fleet changed meanwhile
+            await self.zk.call(claims.release, group_id)
+            return True
+        self.core.adopt(loaded, group_id, self.clock())
+        self.fleet.claimed(group_id, version)
+        self._deadline_changed.set()
+        took = trio.current_time() - began
+        log.info("coordinator: serving group %r (claim version %d, %s, %.0f ms)", group_id, version,
+                 "loaded from ZooKeeper" if loaded is not None else "new", took * 1000)
+        return True
+
+    async def _hand_over(self, group_id: str) -> None:
+        """Stop serving ``group_id``, let the writes in flight finish, release the claim."""
+        assert self.claims is not None
+        began = trio.current_time()
+        self._drop(group_id)
+        await self._writer_idle.wait()
+        await self.zk.call(self.claims.release, group_id)
+        self.handovers.append((group_id, trio.current_time() - began))
+        log.info("coordinator: handed group %r over (it now belongs to sidecar %s)", group_id,
+                 self.fleet.owner(group_id) if self.fleet is not None else None)
+
+    async def _release_all(self) -> None:
+        """At shutdown: write what is queued, then give every claim up (the next owners
+        need not wait for this session to expire)."""
+        assert self.fleet is not None
+        batch = self._batcher.take() if not self._batcher.in_flight else None
+        if batch:
+            writes = [w for w in flatten(batch) if self._guard(w.group_id) is not None]
+            try:
+                await self.zk.call(self.store.apply, writes)
+            except (StoreError, KazooException) as exc:
+                log.warning("coordinator: last writes before shutdown failed: %s", exc)
+        held = sorted(self.fleet.held)
+        for group_id in held:
+            self._drop(group_id)
+        claims = self.claims
+        if claims is not None and self.zk.client.connected:
+            for group_id in held:
+                try:
+                    await self.zk.call(claims.release, group_id)
+                except KazooException:
+                    break
+        if held:
+            log.info("coordinator: released %d group(s) at shutdown", len(held))
 
     async def _writer(self) -> None:
         while True:
@@ -195,9 +414,12 @@ class GroupService:
                 await self._writes_queued.wait()
                 self._writes_queued = trio.Event()
                 continue
+            self._writer_idle = trio.Event()
             started = trio.current_time()
+            batch, refused = self._claimed_only(batch)
             try:
-                await self.zk.call(self.store.apply, flatten(batch))
+                if batch:
+                    await self.zk.call(self.store.apply, flatten(batch))
                 ok = True
             except (StoreError, KazooException) as exc:
                 log.warning("coordinator: ZooKeeper write of %d write set(s) failed: %s; the "
@@ -206,9 +428,26 @@ class GroupService:
             self.metrics.write_seconds.observe(trio.current_time() - started)
             self.metrics.commits.labels("ok" if ok else "failed").inc()
             self._batcher.done()
+            self._writer_idle.set()
             for write_set in batch:
                 if write_set.ticket is not None:
                     self._apply(self.core.writes_done(write_set.ticket, self.clock(), ok=ok))
+            for write_set in refused:
+                if write_set.ticket is not None:
+                    self._apply(self.core.writes_done(write_set.ticket, self.clock(), ok=False))
+
+    def _claimed_only(self, batch: tuple[WriteSet, ...]) -> tuple[tuple[WriteSet, ...], tuple[WriteSet, ...]]:
+        """Split a batch: write sets whose groups are all claimed here, and the rest (groups
+        handed over or dropped since they were queued: refused without a write)."""
+        if self.fleet is None:
+            return batch, ()
+        held = self.fleet.held
+        ok: list[WriteSet] = []
+        refused: list[WriteSet] = []
+        for write_set in batch:
+            groups = {w.group_id for w in write_set.writes}
+            (ok if groups <= held.keys() else refused).append(write_set)
+        return tuple(ok), tuple(refused)
 
     async def _timers(self) -> None:
         while True:

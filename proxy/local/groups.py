@@ -70,7 +70,9 @@ def _find(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator
     req = FindCoordinatorRequest.from_wire(request.version, _body(request))
     groups = _port(context)
     node_id, host, port = groups.coordinator_address(context.listener)
-    return lambda core, now: core.find_coordinator(req, node_id=node_id, host=host, port=port)
+    listener = context.listener
+    return lambda core, now: core.find_coordinator(req, node_id=node_id, host=host, port=port,
+                                                   listener=listener)
 
 
 def _join(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
