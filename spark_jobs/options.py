@@ -80,12 +80,34 @@ def add_completeness(p: argparse.ArgumentParser, *, mirror_required: bool = True
                    help="prefix of mirrored topic names on the mirror, stripped before comparing")
 
 
+def parse_minimum(text: str) -> tuple[str, str]:
+    """``NAME=VERSION``: the oldest client software version an operator accepts."""
+    name, sep, version = text.partition("=")
+    if not sep or not name.strip() or not version.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VERSION, e.g. librdkafka=2.0.0")
+    return name.strip(), version.strip()
+
+
+def add_upgrade_readiness(p: argparse.ArgumentParser) -> None:
+    """``upgrade_readiness``: ``--target``, ``--min-software`` (repeatable)."""
+    from spark_jobs.kafka_releases import release_names  # the table: standard library only
+
+    releases = release_names()
+    p.add_argument("--target", default=releases[-1],
+                   help=f"a Kafka release from the table ({', '.join(releases)}; default "
+                   f"{releases[-1]}) or a JSON profile file of api key -> [min, max]")
+    p.add_argument("--min-software", type=parse_minimum, action="append", default=[],
+                   metavar="NAME=VERSION",
+                   help="list clients whose software NAME is older than VERSION (repeatable)")
+
+
 def add_report(p: argparse.ArgumentParser) -> None:
     """Every job's options at once, for the report that runs them all (``--mirror`` optional)."""
     add_common(p)
     add_unused_topics(p)
     add_latency_slo(p)
     add_completeness(p, mirror_required=False)
+    add_upgrade_readiness(p)
 
 
 def job_parser(description: str, add: AddArguments) -> argparse.ArgumentParser:
@@ -98,8 +120,12 @@ def job_parser(description: str, add: AddArguments) -> argparse.ArgumentParser:
     return p
 
 
-def add_audit_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``ksidecar audit report …``: the report's options under the ``ksidecar`` command."""
+def add_audit_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """``ksidecar audit report …``: the report's options under the ``ksidecar`` command;
+    returns the ``audit`` subcommands, for the commands declared elsewhere
+    (:mod:`proxy.tools.readiness`)."""
     audit = sub.add_parser("audit", help="PySpark jobs over the audit Parquet (the spark extra)")
     jobs = audit.add_subparsers(dest="audit_command", required=True)
     add_report(jobs.add_parser(
@@ -107,3 +133,4 @@ def add_audit_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Run every audit job (spark_jobs) over --audit and write DIR/index.html "
         "with charts and tables; see docs/spark_jobs.md.",
     ))
+    return jobs

@@ -1,0 +1,291 @@
+"""upgrade_readiness: the release table against KIP-896, and the job over hand-built Parquet
+(clients, breaking, old_software, matrix), every expected row written by hand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from itertools import count
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from observers.audit_schema import AUDIT_SCHEMA, VERSION_KEY
+from spark_jobs import kafka_releases, options, upgrade_readiness
+from spark_jobs.kafka_releases import UnknownTarget
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SOFTWARE = ("client_software_name", "client_software_version")
+
+# ---------------------------------------------------------------------------------------------
+# The release table
+
+
+@pytest.mark.parametrize(("api", "key", "low"), [
+    # KIP-896 (as adopted for 4.0): Produce v0-v2, Fetch v0-v3, ListOffsets v0, OffsetCommit
+    # v0-v1 and JoinGroup v0-v1 removed; Metadata v0-v3 kept after all (KAFKA-18648).
+    ("Produce", 0, 3), ("Fetch", 1, 4), ("Metadata", 3, 0), ("OffsetCommit", 8, 2),
+    ("ListOffsets", 2, 1), ("JoinGroup", 11, 2), ("OffsetFetch", 9, 1),
+    ("FindCoordinator", 10, 0), ("CreateTopics", 19, 2), ("DeleteTopics", 20, 1),
+])
+def test_kafka_4_0_minimums_are_kip_896s(api: str, key: int, low: int) -> None:
+    target = kafka_releases.release("4.0")
+
+    assert target.names[key] == api
+    assert target.versions[key][0] == low
+    assert target.supports(key, low) and not (low and target.supports(key, low - 1))
+
+
+def test_releases_by_hand() -> None:
+    k39, k40, k41 = (kafka_releases.release(n) for n in ("3.9", "4.0", "4.1"))
+
+    # 3.9 still serves everything from version 0, and the ZooKeeper-era LeaderAndIsr (4).
+    assert k39.versions[0] == (0, 11) and k39.versions[1] == (0, 17) and 4 in k39.versions
+    # 4.0: Produce 3-12, Fetch 4-17; LeaderAndIsr gone with ZooKeeper.
+    assert k40.versions[0] == (3, 12) and k40.versions[1] == (4, 17) and 4 not in k40.versions
+    # 4.1: Produce v13 and Fetch v18 (topic ids), JoinGroup v0-v1 back (KAFKA-19444).
+    assert k41.versions[0] == (3, 13) and k41.versions[1] == (4, 18)
+    assert k41.versions[11] == (0, 9)
+    assert "4ae681446f18f9a6d7a59f317013ef82379a4ba4" in k40.source
+    assert kafka_releases.release_names() == ["3.9", "4.0", "4.1"]
+
+
+def test_a_profile_is_a_target(tmp_path: Path) -> None:
+    profile = tmp_path / "vendor.json"
+    profile.write_text(json.dumps({"0": [3, 8], "18": [0, 3], "10000": [0, 0]}))
+
+    target = kafka_releases.resolve(str(profile))
+
+    assert target.versions == {0: (3, 8), 18: (0, 3), 10000: (0, 0)}
+    assert target.names[0] == "Produce" and 10000 not in target.names
+    assert target.supports(0, 8) and not target.supports(0, 9) and not target.supports(1, 12)
+
+
+@pytest.mark.parametrize("text", ['{"0": [5, 3]}', '{"0": 3}', "[]", "{", '{"x": [0, 1]}'])
+def test_a_bad_profile_is_refused(tmp_path: Path, text: str) -> None:
+    profile = tmp_path / "bad.json"
+    profile.write_text(text)
+    with pytest.raises(UnknownTarget, match=r"bad\.json"):
+        kafka_releases.resolve(str(profile))
+
+
+def test_an_unknown_target_names_the_releases() -> None:
+    with pytest.raises(UnknownTarget, match=r"3\.9, 4\.0, 4\.1"):
+        kafka_releases.resolve("5.0")
+
+
+@pytest.mark.parametrize(("name", "version", "minimum"), [
+    ("librdkafka", "2.6.1", "librdkafka=2.10"),
+    ("LibRdKafka", "2.6.1", "librdkafka=2.10"),   # names compare without case
+    ("kafka-python", "2.0.2", "kafka-python=2.1"),
+    ("kafka-python", "v2.0.2", "kafka-python=2.0.3"),
+])
+def test_older_software(name: str, version: str, minimum: str) -> None:
+    wanted = options.parse_minimum(minimum)
+    assert upgrade_readiness.older_than(name, version, [wanted]) == minimum
+
+
+@pytest.mark.parametrize(("name", "version"), [
+    ("librdkafka", "2.10.0"), ("librdkafka", "2.10"), ("librdkafka", "2.10.0-RC1"),
+    ("confluent-kafka-python", "2.6.0-rdkafka-2.6.0"), (None, None), ("librdkafka", "dev"),
+])
+def test_not_older_software(name: str | None, version: str | None) -> None:
+    assert upgrade_readiness.older_than(name, version, [("librdkafka", "2.10")]) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The job over hand-built Parquet
+
+_ids = count(1)
+ALICE, BOB, CAROL = "User:alice", "User:bob", "User:carol"
+NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
+         11: "JoinGroup", 10000: "Vendor"}
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def req(api_key: int, version: int, time: str, who: tuple[str | None, str, str],
+        software: tuple[str, str] | None = None, partitions: int = 1) -> list[dict[str, Any]]:
+    """The audit rows of one request (a Produce/Fetch one row per partition)."""
+    client_id, principal, host = who
+    request_id = next(_ids)
+    base: dict[str, Any] = {name: None for name in AUDIT_SCHEMA.names}
+    base.update({
+        "time": at(time), "sidecar_broker_id": 1, "listener": "PLAINTEXT",
+        "client_host": host, "client_port": 40000 + request_id % 7, "principal": principal,
+        "client_id": client_id, "api_key": api_key, "api_name": NAMES[api_key],
+        "api_version": version, "correlation_id": request_id, "request_id": request_id,
+        "first_row": True, "error_code": 0, "request_bytes": 80, "response_bytes": 40,
+        "latency_us": 500, "upstream_latency_us": 400, "local": False,
+        "client_software_name": software[0] if software else None,
+        "client_software_version": software[1] if software else None,
+    })
+    if api_key in (0, 1):
+        return [{**base, "first_row": p == 0, "topic": "t", "partition": p, "bytes": 10,
+                 "records": 1} for p in range(partitions)]
+    return [base]
+
+
+def write(root: Path, hour: str, rows: list[dict[str, Any]], *, software: bool = True) -> None:
+    """One audit file: the current schema with the software columns, or (``software``
+    false) a version 2 file, which has neither them nor a version above 2."""
+    fields = list(AUDIT_SCHEMA)
+    for name in SOFTWARE:
+        if name not in AUDIT_SCHEMA.names:
+            fields.append(pa.field(name, pa.string()))
+    version = AUDIT_SCHEMA.metadata[VERSION_KEY.encode()].decode()
+    if not software:
+        fields = [f for f in fields if f.name not in SOFTWARE]
+        version = "2"
+    schema = pa.schema(fields, metadata={VERSION_KEY: version})
+    table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in fields} for r in rows], schema)
+    directory = root / f"dt={hour[:10]}" / f"hour={hour[11:13]}"
+    directory.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, directory / f"part-{next(_ids)}.parquet")
+
+
+LEGACY = ("legacy", ALICE, "10.0.0.1")           # kafka-python at 0.10.1: ApiVersions v0
+JAVA = ("svc", BOB, "10.0.0.2")
+MODERN = ("c", CAROL, "10.0.0.3")
+OLD_FILE = ("old-file", ALICE, "10.0.0.4")
+JAVA_SW = ("apache-kafka-java", "3.9.0")
+RDKAFKA_SW = ("librdkafka", "2.6.1")
+
+
+@pytest.fixture
+def audit(tmp_path: Path) -> Path:
+    root = tmp_path / "audit"
+    write(root, "2026-03-01 10", [
+        *req(0, 2, "2026-03-01 10:00", LEGACY, partitions=2),  # one request, two rows
+        *req(11, 1, "2026-03-01 10:05", LEGACY),
+        *req(3, 1, "2026-03-01 10:06", LEGACY),
+        *req(8, 2, "2026-03-01 10:07", LEGACY),
+        *req(0, 2, "2026-03-01 10:30", LEGACY),
+        *req(0, 11, "2026-03-01 10:10", JAVA, JAVA_SW),
+        *req(2, 0, "2026-03-01 10:11", JAVA, JAVA_SW),
+        *req(10000, 0, "2026-03-01 10:12", JAVA, JAVA_SW),
+        *req(0, 9, "2026-03-01 10:20", MODERN, RDKAFKA_SW),
+        *req(3, 12, "2026-03-01 10:21", MODERN, RDKAFKA_SW),
+    ])
+    write(root, "2026-03-01 11", [
+        *req(1, 3, "2026-03-01 11:00", LEGACY),
+        *req(1, 13, "2026-03-01 11:01", MODERN, RDKAFKA_SW),
+        *req(1, 17, "2026-03-01 11:02", JAVA, JAVA_SW),
+    ])
+    write(root, "2026-03-01 11", [*req(0, 3, "2026-03-01 11:30", OLD_FILE)], software=False)
+    return root
+
+
+def run(spark: SparkSession, audit: Path, out: Path, *extra: str) -> dict[str, list[dict[str, Any]]]:
+    parser = options.job_parser("", options.add_upgrade_readiness)
+    args: argparse.Namespace = parser.parse_args(["--audit", str(audit), "--out", str(out), *extra])
+    upgrade_readiness.run(spark, args)
+    return {name: [{k: utc(v) for k, v in row.items()} for row in pq.read_table(out / name).to_pylist()]
+            for name in ("clients", "breaking", "old_software", "matrix", "target")}
+
+
+def utc(value: Any) -> Any:
+    """Spark's timestamps read back naive, in UTC (the session's zone)."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def test_clients_that_would_break_on_4_0(spark: SparkSession, audit: Path, tmp_path: Path) -> None:
+    out = run(spark, audit, tmp_path / "out", "--target", "4.0",
+              "--min-software", "librdkafka=2.10", "--min-software", "apache-kafka-java=3.9")
+
+    # By hand, from KIP-896: the legacy client's Produce v2 (min 3), Fetch v3 (min 4) and
+    # JoinGroup v1 (min 2) are gone in 4.0, its Metadata v1 and OffsetCommit v2 are not.
+    # The Java client's ListOffsets v0 (min 1) is gone, the vendor key 10000 never served.
+    legacy = {"software_name": None, "software_version": None, "client_id": "legacy",
+              "principal": ALICE, "client_host": "10.0.0.1"}
+    java = {"software_name": "apache-kafka-java", "software_version": "3.9.0",
+            "client_id": "svc", "principal": BOB, "client_host": "10.0.0.2"}
+    assert out["breaking"] == [
+        {**java, "api_key": 2, "api_name": "ListOffsets", "versions": [0], "target_min": 1,
+         "target_max": 10, "first_seen": at("2026-03-01 10:11"),
+         "last_seen": at("2026-03-01 10:11"), "requests": 1},
+        {**java, "api_key": 10000, "api_name": "Vendor", "versions": [0], "target_min": None,
+         "target_max": None, "first_seen": at("2026-03-01 10:12"),
+         "last_seen": at("2026-03-01 10:12"), "requests": 1},
+        {**legacy, "api_key": 0, "api_name": "Produce", "versions": [2], "target_min": 3,
+         "target_max": 12, "first_seen": at("2026-03-01 10:00"),
+         "last_seen": at("2026-03-01 10:30"), "requests": 2},
+        {**legacy, "api_key": 1, "api_name": "Fetch", "versions": [3], "target_min": 4,
+         "target_max": 17, "first_seen": at("2026-03-01 11:00"),
+         "last_seen": at("2026-03-01 11:00"), "requests": 1},
+        {**legacy, "api_key": 11, "api_name": "JoinGroup", "versions": [1], "target_min": 2,
+         "target_max": 9, "first_seen": at("2026-03-01 10:05"),
+         "last_seen": at("2026-03-01 10:05"), "requests": 1},
+    ]
+
+    clients = {(c["client_id"], c["software_name"], c["software_version"]):
+               (c["requests"], c["unsupported_requests"], c["first_seen"], c["last_seen"])
+               for c in out["clients"]}
+    assert clients == {
+        ("legacy", None, None): (6, 4, at("2026-03-01 10:00"), at("2026-03-01 11:00")),
+        ("svc", "apache-kafka-java", "3.9.0"): (4, 2, at("2026-03-01 10:10"), at("2026-03-01 11:02")),
+        ("c", "librdkafka", "2.6.1"): (3, 0, at("2026-03-01 10:20"), at("2026-03-01 11:01")),
+        # From a schema version 2 file: no software columns, read as unknown.
+        ("old-file", None, None): (1, 0, at("2026-03-01 11:30"), at("2026-03-01 11:30")),
+    }
+    assert [c["client_id"] for c in out["clients"]][:2] == ["legacy", "svc"]  # breaking first
+
+    assert out["old_software"] == [
+        {"software_name": "librdkafka", "software_version": "2.6.1", "client_id": "c",
+         "principal": CAROL, "client_host": "10.0.0.3", "minimum": "librdkafka=2.10",
+         "first_seen": at("2026-03-01 10:20"), "last_seen": at("2026-03-01 11:01"), "requests": 3},
+    ]
+
+    matrix = {(m["software_name"], m["api_name"], m["api_version"]):
+              (m["requests"], m["clients"], m["supported"]) for m in out["matrix"]}
+    assert matrix == {
+        (None, "Produce", 2): (2, 1, False), (None, "Produce", 3): (1, 1, True),
+        (None, "JoinGroup", 1): (1, 1, False), (None, "Metadata", 1): (1, 1, True),
+        (None, "OffsetCommit", 2): (1, 1, True), (None, "Fetch", 3): (1, 1, False),
+        ("apache-kafka-java", "Produce", 11): (1, 1, True),
+        ("apache-kafka-java", "ListOffsets", 0): (1, 1, False),
+        ("apache-kafka-java", "Vendor", 0): (1, 1, False),
+        ("apache-kafka-java", "Fetch", 17): (1, 1, True),
+        ("librdkafka", "Produce", 9): (1, 1, True), ("librdkafka", "Metadata", 12): (1, 1, True),
+        ("librdkafka", "Fetch", 13): (1, 1, True),
+    }
+    target = {t["api_key"]: (t["api_name"], t["min_version"], t["max_version"]) for t in out["target"]}
+    assert target[0] == ("Produce", 3, 12) and {t["target"] for t in out["target"]} == {"Kafka 4.0"}
+
+
+def test_on_3_9_nobody_breaks_but_the_vendor_key(spark: SparkSession, audit: Path, tmp_path: Path) -> None:
+    out = run(spark, audit, tmp_path / "out", "--target", "3.9")
+
+    assert [(b["client_id"], b["api_name"], b["versions"]) for b in out["breaking"]] == [
+        ("svc", "Vendor", [0])]
+    assert out["old_software"] == []
+
+
+def test_a_profile_target(spark: SparkSession, audit: Path, tmp_path: Path) -> None:
+    profile = tmp_path / "broker.json"
+    # A broker that serves Produce 0-9 and Fetch 0-12 and nothing else the clients used.
+    profile.write_text(json.dumps({"0": [0, 9], "1": [0, 12], "3": [0, 12], "8": [0, 9],
+                                   "11": [0, 9], "2": [0, 9], "10000": [0, 0]}))
+
+    out = run(spark, audit, tmp_path / "out", "--target", str(profile))
+
+    assert sorted((b["client_id"], b["api_name"], b["versions"], b["target_max"])
+                  for b in out["breaking"]) == [
+        ("c", "Fetch", [13], 12), ("svc", "Fetch", [17], 12), ("svc", "Produce", [11], 9)]
+
+
+def test_an_empty_range_writes_empty_tables(spark: SparkSession, audit: Path, tmp_path: Path) -> None:
+    out = run(spark, audit, tmp_path / "out", "--since", "2030-01-01")
+
+    assert out["clients"] == out["breaking"] == out["matrix"] == []
+    assert len(out["target"]) > 50
