@@ -8,6 +8,10 @@ config that sends INFO to stdout, which goes to the log file.
 
 Ready means `ruok` answers `imok` *and* `srvr` reports a mode: right after start-up `ruok`
 already answers while `srvr` still says "not currently serving requests".
+
+`start_ensemble` runs three servers (`QuorumPeerMain`, each with its own data dir, `myid`
+and peer/election ports) as one quorum, the way production runs ZooKeeper; a server can be
+killed and brought back while clients carry on.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import socket
+import time
 from pathlib import Path
 
-from proxy.tools.rig.errors import ComponentNotFoundError
-from proxy.tools.rig.ports import LOOPBACK
+from proxy.tools.rig.errors import ComponentNotFoundError, ComponentStartError
+from proxy.tools.rig.ports import LOOPBACK, free_port
 from proxy.tools.rig.process import ManagedProcess, Service, start_on_port
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -173,3 +179,144 @@ def start_zookeeper(
 
     chosen, process = start_on_port(build, port, host=host)
     return ZooKeeperServer(process, host, chosen, data_dir)
+
+
+# -- an ensemble -----------------------------------------------------------------------------
+
+_ENSEMBLE_EXTRA = """\
+initLimit=10
+syncLimit=5
+{servers}
+"""
+
+
+def mode(host: str, port: int) -> str | None:
+    """The server's ``Mode:`` from ``srvr`` (``leader``, ``follower``, ``standalone``), or
+    ``None`` while it does not serve (no quorum yet, or not reachable)."""
+    try:
+        answer = four_letter_word(host, port, "srvr")
+    except OSError:
+        return None
+    for line in answer.splitlines():
+        if line.startswith("Mode:"):
+            return line.partition(":")[2].strip()
+    return None
+
+
+class ZooKeeperEnsemble:
+    """Three (or ``size``) ZooKeeper servers in one quorum on loopback ports.
+
+    Clients use :attr:`connect` (every server's address); losing a minority of servers
+    changes nothing for them. :meth:`stop_server` and :meth:`start_server` kill and bring
+    back one server (its data dir and ``myid`` are kept, so it rejoins the quorum).
+    """
+
+    def __init__(self, work_dir: Path, host: str, size: int, start_timeout: float) -> None:
+        self.work_dir = work_dir
+        self.host = host
+        self.start_timeout = start_timeout
+        self.java = find_java()
+        self.jars = find_zookeeper_jars()
+        self.client_ports = [free_port(host) for _ in range(size)]
+        self.quorum_ports = [(free_port(host), free_port(host)) for _ in range(size)]
+        self.processes: list[ManagedProcess | None] = [None] * size
+        self.log4j = work_dir / "zk-ensemble-log4j2.properties"
+        self.log4j.write_text(_LOG4J2)
+
+    @property
+    def size(self) -> int:
+        """How many servers the ensemble has."""
+        return len(self.client_ports)
+
+    @property
+    def connect(self) -> str:
+        """The connect string naming every server, ``h:p1,h:p2,h:p3`` (no chroot)."""
+        return ",".join(f"{self.host}:{p}" for p in self.client_ports)
+
+    def connect_string(self, chroot: str | None = None) -> str:
+        """The connect string with ``chroot`` appended when given."""
+        if chroot is None or chroot == "/":
+            return self.connect
+        if not chroot.startswith("/") or chroot.endswith("/"):
+            raise ValueError(f"chroot must start with '/' and not end with one: {chroot!r}")
+        return f"{self.connect}{chroot}"
+
+    def _process(self, index: int) -> ManagedProcess:
+        myid = index + 1
+        name = f"zk-{myid}"
+        data_dir = self.work_dir / f"{name}-data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / "myid").write_text(f"{myid}\n")
+        servers = "\n".join(f"server.{i + 1}={self.host}:{peer}:{election}"
+                            for i, (peer, election) in enumerate(self.quorum_ports))
+        config = self.work_dir / f"{name}.cfg"
+        config.write_text(
+            _ZOO_CFG.format(port=self.client_ports[index], host=self.host, data_dir=data_dir)
+            + _ENSEMBLE_EXTRA.format(servers=servers))
+        port = self.client_ports[index]
+        argv = [str(self.java), *_JVM_OPTS, f"-Dlog4j2.configurationFile={self.log4j}",
+                "-cp", f"{self.jars}/*", "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)]
+        # Alone, a server answers ruok but does not serve: readiness of the quorum is
+        # checked by wait_quorum once enough servers run.
+        return ManagedProcess(name, argv, log_path=self.work_dir / f"{name}.log",
+                              probe=lambda: four_letter_word(self.host, port, "ruok") == "imok",
+                              cwd=self.work_dir, start_timeout=self.start_timeout)
+
+    def start_server(self, index: int) -> None:
+        """Start (or restart) server ``index`` (0-based) and wait until it serves."""
+        process = self._process(index)
+        self.processes[index] = process
+        process.start()
+        self.wait_serving([index])
+
+    def stop_server(self, index: int, *, kill: bool = False) -> None:
+        """Stop server ``index``: SIGTERM (or SIGKILL with ``kill``)."""
+        process = self.processes[index]
+        if process is None:
+            return
+        if kill and process.pid is not None and process.running:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.stop()
+        self.processes[index] = None
+
+    def wait_serving(self, indexes: list[int] | None = None) -> None:
+        """Wait until the servers ``indexes`` (all running ones by default) serve requests."""
+        wanted = indexes if indexes is not None else [i for i, p in enumerate(self.processes) if p]
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            if all(mode(self.host, self.client_ports[i]) in ("leader", "follower") for i in wanted):
+                return
+            if time.monotonic() > deadline:
+                raise ComponentStartError("zookeeper-ensemble", f"servers {wanted} not serving after "
+                                          f"{self.start_timeout:.0f}s")
+            time.sleep(0.1)
+
+    def leader(self) -> int | None:
+        """The index of the current leader, if any server says it leads."""
+        for i, port in enumerate(self.client_ports):
+            if self.processes[i] is not None and mode(self.host, port) == "leader":
+                return i
+        return None
+
+    def stop(self) -> None:
+        """Stop every server."""
+        for index in range(self.size):
+            self.stop_server(index)
+
+
+def start_ensemble(work_dir: Path, *, size: int = 3, host: str = LOOPBACK,
+                   start_timeout: float = 60.0) -> ZooKeeperEnsemble:
+    """Start a ``size``-server ZooKeeper ensemble under ``work_dir``; returns once every
+    server serves (a leader is elected and the followers have synced)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ensemble = ZooKeeperEnsemble(work_dir, host, size, start_timeout)
+    try:
+        for index in range(size):
+            process = ensemble._process(index)
+            ensemble.processes[index] = process
+            process.start()
+        ensemble.wait_serving()
+    except BaseException:
+        ensemble.stop()
+        raise
+    return ensemble
