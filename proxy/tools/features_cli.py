@@ -39,13 +39,23 @@ def add_parser(sub: Any) -> None:
 
 
 def describe_lines(answer: Any) -> list[str]:
-    """FeatureCommand's describe lines from an ApiVersions v3 answer."""
+    """FeatureCommand's describe lines from an ApiVersions v3 answer, one per feature, by name.
+
+    A feature finalized but not supported by the node answering (a level the broker or an
+    older sidecar release does not know, or a feature finalized before it was removed) is
+    listed too, its supported range shown as ``-``: the operator must see a finalized level
+    the node cannot run. ``-`` is what FeatureCommand prints for a value it does not have
+    (there, an unknown epoch; here also an epoch of -1).
+    """
     finalized = {f.Name: f.MaxVersionLevel for f in answer.FinalizedFeatures or []}
+    supported = {f.Name: (str(f.MinVersion), str(f.MaxVersion)) for f in answer.SupportedFeatures or []}
+    epoch = answer.FinalizedFeaturesEpoch
+    shown = "-" if epoch is None or epoch < 0 else str(epoch)
     lines = []
-    for feature in sorted(answer.SupportedFeatures or [], key=lambda f: f.Name):
-        lines.append(f"Feature: {feature.Name}\tSupportedMinVersion: {feature.MinVersion}\t"
-                     f"SupportedMaxVersion: {feature.MaxVersion}\tFinalizedVersionLevel: "
-                     f"{finalized.get(feature.Name, 0)}\tEpoch: {answer.FinalizedFeaturesEpoch}")
+    for name in sorted(set(supported) | set(finalized)):
+        low, high = supported.get(name, ("-", "-"))
+        lines.append(f"Feature: {name}\tSupportedMinVersion: {low}\tSupportedMaxVersion: {high}\t"
+                     f"FinalizedVersionLevel: {finalized.get(name, 0)}\tEpoch: {shown}")
     return lines
 
 
