@@ -13,6 +13,12 @@ long polls are reported as long polls, not as SLO breaches.
 Clients get their bootstrap address from `choose_bootstrap`, which starts a real
 `ksidecar run` process in front of the broker (registered in ZooKeeper) and returns its
 addresses: every request and response of the demo passes through the sidecar.
+
+Before any traffic the demo finalizes the sidecar feature `ksidecar.audit.format` at level
+1 with `ksidecar features upgrade` over the wire (KIP-584, docs/features.md), as an
+operator would once every sidecar runs a release that supports it: the audit then writes
+schema version 3, whose rows name the client software (confluent-kafka-python, from its
+ApiVersions request) that the upgrade readiness report reads.
 """
 
 from __future__ import annotations
@@ -90,6 +96,12 @@ class DemoResult:
     #: The group's committed offsets as the embedded coordinator stored them in ZooKeeper
     #: (``/consumers/<group>/offsets/<topic>/<partition>``).
     zookeeper_offsets: dict[int, int] = field(default_factory=dict)
+    #: What ``ksidecar features upgrade --feature ksidecar.audit.format=1`` printed.
+    audit_format: str = ""
+    #: Audit rows per schema version (of the files' metadata), and the client software
+    #: names the rows carry.
+    audit_versions: dict[str, int] = field(default_factory=dict)
+    client_software: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -105,7 +117,11 @@ class DemoResult:
             and self.idle_topic in self.unused and self.topic not in self.unused
         )
         held = not {"JoinGroup", "SyncGroup"} & set(self.slo_breaches)
-        return moved and coordinated and audited and inventoried and held and bool(self.report)
+        # Finalized before any traffic: version 3 rows name the client; the only row before
+        # it (version 2) may be the UpdateFeatures request itself.
+        named = (self.audit_versions.get("2", 0) <= 1 and self.audit_versions.get("3", 0) > 0
+                 and "confluent-kafka-python" in self.client_software)
+        return moved and coordinated and audited and inventoried and held and named and bool(self.report)
 
 
 @dataclass(frozen=True)
@@ -137,6 +153,9 @@ def choose_bootstrap(
                 # Consumer groups are coordinated by the sidecar itself (docs/coordinator.md):
                 # the demo's group and its offsets live in ZooKeeper, not in the broker.
                 "sidecar.coordinator": "embedded",
+                # The features CLI connects unauthenticated (kafka-features.sh does too, without
+                # a command config): on loopback the anonymous principal may update features.
+                "super.users": ANONYMOUS,
                 "group.initial.rebalance.delay.ms": "500",
                 "tag.demo": "true",
                 "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
@@ -151,6 +170,38 @@ def choose_bootstrap(
     return Bootstrap(
         sidecar.bootstrap, sasl, f"ksidecar run in front of the broker (metrics {sidecar.metrics_url})"
     )
+
+
+AUDIT_FORMAT = "ksidecar.audit.format"
+
+
+def finalize_audit_format(bootstrap: str) -> str:
+    """``ksidecar features upgrade --feature ksidecar.audit.format=1`` against the sidecar at
+    ``bootstrap`` (UpdateFeatures over the wire); return what it printed.
+
+    Raises ``RuntimeError`` when the upgrade is refused. The sidecar applies the update
+    itself and installs it before answering; its audit follows the level at its next tick
+    (observers.api.TICK_INTERVAL), so the demo waits a few ticks before its traffic.
+    """
+    import argparse
+    import contextlib
+    import io
+
+    from observers.api import TICK_INTERVAL
+    from proxy.tools import features_cli
+
+    parser = argparse.ArgumentParser(prog="ksidecar")
+    features_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["features", "--bootstrap-server", bootstrap, "upgrade",
+                              "--feature", f"{AUDIT_FORMAT}=1"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = features_cli.run(args)
+    printed = out.getvalue().strip()
+    if code != 0:
+        raise RuntimeError(f"ksidecar features upgrade failed: {printed}")
+    time.sleep(3 * TICK_INTERVAL)
+    return printed
 
 
 def add_reader(zookeeper: ZooKeeperServer) -> str:
@@ -347,6 +398,9 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
         zk_version = prepare_zookeeper(zookeeper)
         password = add_reader(zookeeper)
         clients = choose_bootstrap(broker, zookeeper, stack, audit_dir)
+        audit_format = finalize_audit_format(clients.plaintext)
+        print(f"ksidecar demo: ksidecar features upgrade --feature {AUDIT_FORMAT}=1: {audit_format} "
+              "(the audit now writes schema version 3, with client software)", flush=True)
 
         create_topic(clients.plaintext, topic, partitions)
         create_topic(clients.plaintext, idle_topic, 1)  # never produced to nor fetched from
@@ -380,6 +434,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
             audit_dir=str(audit_dir),
             idle_topic=idle_topic,
             zookeeper_offsets=stored,
+            audit_format=audit_format,
         )
     # The sidecar has stopped: its audit files are complete. Now the Spark report.
     print("ksidecar demo: traffic done; running the audit report's Spark jobs", flush=True)
@@ -395,6 +450,7 @@ def audit_report(result: DemoResult, out: Path, began: float) -> DemoResult:
     from spark_jobs.report import run_all
 
     audit_rows = ds.dataset(result.audit_dir, format="parquet", partitioning="hive").count_rows()
+    versions, software = audit_versions(Path(result.audit_dir))
     page = run_all(result.audit_dir, out)
     traffic = pq.read_table(out / "data" / "traffic" / "topics")
     mine = traffic.filter(pc.equal(traffic["topic"], result.topic))
@@ -415,7 +471,28 @@ def audit_report(result: DemoResult, out: Path, began: float) -> DemoResult:
         unused=tuple(r["topic"] for r in topics if r["unused"]),
         slo_breaches=tuple(sorted(set(breaches["api_name"].to_pylist()))),
         long_polls=tuple(sorted(set(polls["api_name"].to_pylist()))),
+        audit_versions=versions, client_software=software,
     )
+
+
+def audit_versions(audit_dir: Path) -> tuple[dict[str, int], tuple[str, ...]]:
+    """The audit's rows per schema version (from each file's metadata), and the client
+    software names in them."""
+    import pyarrow.parquet as pq
+
+    from observers.audit_schema import VERSION_KEY
+
+    versions: dict[str, int] = {}
+    names: set[str] = set()
+    for path in audit_dir.glob("dt=*/hour=*/part-*.parquet"):
+        file = pq.ParquetFile(path)
+        schema = file.schema_arrow
+        version = (schema.metadata or {}).get(VERSION_KEY.encode(), b"?").decode()
+        versions[version] = versions.get(version, 0) + file.metadata.num_rows
+        if "client_software_name" in schema.names:
+            column = pq.read_table(path, columns=["client_software_name"]).column(0)
+            names.update(name for name in column.to_pylist() if name)
+    return dict(sorted(versions.items())), tuple(sorted(names))
 
 
 def summary(result: DemoResult) -> str:
@@ -439,7 +516,10 @@ def summary(result: DemoResult) -> str:
                    f"ZooKeeper /consumers/{result.group}/offsets/{result.topic}: "
                    + ", ".join(f"{p}={o}" for p, o in sorted(result.zookeeper_offsets.items()))),
         ("quota", result.quota),
-        ("audit", f"{result.audit_rows} rows in {result.audit_dir}"),
+        ("features", f"{AUDIT_FORMAT} finalized at 1 before any traffic ({result.audit_format or 'not done'})"),
+        ("audit", f"{result.audit_rows} rows in {result.audit_dir} ("
+                  + ", ".join(f"schema v{v}: {n}" for v, n in result.audit_versions.items())
+                  + f"); client software: {', '.join(result.client_software) or 'none recorded'}"),
         ("traffic", _traffic_line(result)),
         ("inventory", ", ".join(f"{t} ({n} partitions)" for t, n in sorted(result.inventory.items()))
          + " (from the audit's Metadata rows; no list supplied)"),

@@ -34,6 +34,14 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     assert '"connection_creation_rate": "10"' in result.quota
     assert "ksidecar" in (tmp_path / "ksidecar.log").read_text()
     assert result.zookeeper.endswith("/ksidecar")
+    # ksidecar.audit.format was finalized at 1 over the wire before any traffic: the
+    # demo's rows are schema version 3 and name confluent-kafka's client software; at most
+    # the UpdateFeatures request itself was recorded before the switch (version 2).
+    assert result.audit_format == "ksidecar.audit.format was upgraded to 1."
+    assert set(result.audit_versions) <= {"2", "3"} and result.audit_versions.get("2", 0) <= 1
+    assert result.audit_versions["3"] + result.audit_versions.get("2", 0) == result.audit_rows
+    assert "confluent-kafka-python" in result.client_software
+    assert "ksidecar.audit.format finalized at 1" in summary(result)
     assert "result     OK" in summary(result)
     # The audit report accounts for every record, by principal: the anonymous producer and
     # the SCRAM consumer (at least once: a consumer may fetch a record again).
