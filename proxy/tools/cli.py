@@ -137,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         incompatible, rest = group.split(IncompatibleFeatures)
         if incompatible is None or rest is not None:
             raise
-        print(f"ksidecar: cannot start: {incompatible.exceptions[0]}", file=sys.stderr)
+        first: BaseException = incompatible
+        while isinstance(first, BaseExceptionGroup):  # nested nurseries nest their groups
+            first = first.exceptions[0]
+        print(f"ksidecar: cannot start: {first}", file=sys.stderr)
         return 2
     except IncompatibleFeatures as exc:
         print(f"ksidecar: cannot start: {exc}", file=sys.stderr)
