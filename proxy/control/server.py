@@ -46,6 +46,7 @@ from proxy.datapath.addressing import (
     RegisteredAddressBook,
     StaticAddressBook,
 )
+from proxy.datapath.authorize import Authorization
 from proxy.datapath.connection import Connection, Parts
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import SidecarMetrics
@@ -144,7 +145,11 @@ class Sidecar:
         if config["sidecar.authorizer"] == "acls" and self.zk is not None:
             self.acls = AclState(self.zk, super_users=config["super.users"],
                                  allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
-                                 open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}))
+                                 open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}),
+                                 topics=self.upstream.topics)
+        #: ACL enforcement on the data path (``sidecar.authorizer=acls``), else ``None``.
+        self.authorization = None if self.acls is None else Authorization(
+            self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow")
         if self.zk is not None:
             override: str = config["sidecar.features.supported.override"]
             supported = (parse_supported_override(override) if override else
@@ -352,6 +357,7 @@ class Sidecar:
             upstream_failed=self.upstream.report_failure,
             gate=gate,
             tap=(lambda c: hub.tap(c.listener, c.peer[0], c.peer[1], self.broker_id)) if hub else (lambda c: None),
+            authorization=self.authorization,
         )
         return parts
 

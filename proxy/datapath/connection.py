@@ -54,15 +54,20 @@ from protocol.correlation import CorrelationTracker, FrameKind, InFlight
 from protocol.errors import FrameError, ProtocolError
 from protocol.framing import EOF, NEED_DATA, size_prefix
 from protocol.headers import RequestHeader, encode_response_header, peek_correlation_id
+from protocol.scan import response_header_size
 from protocol.schema import decode, encode
+from proxy.auth.acl.enforce import Answer as Refused
+from proxy.auth.acl.enforce import Forward as Narrowed
+from proxy.auth.acl.enforce import Refuse
 from proxy.auth.gate import RAW_TOKEN, Gate, PassthroughGate, Refusal
 from proxy.config.settings import ConnectionSettings
+from proxy.datapath.authorize import REFRESH, Authorization, Patch
 from proxy.datapath.errors import ConnectionClosed, UpstreamError, frame_cause, reason_of
 from proxy.datapath.frames import FrameBuffer
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.responder import Responses, Slot
-from proxy.datapath.routing import FORWARD, Router
+from proxy.datapath.routing import FORWARD, UNSUPPORTED, Router
 from proxy.datapath.wire import Wire, wire_for
 from proxy.local.api import Answer, Close, Context, Later, LocalApi, LocalRequest, Respond
 
@@ -111,6 +116,8 @@ class Parts:
     gate: Callable[[Context], Gate | None] = lambda _context: None
     #: A new connection's observer tap (KIP-388), or ``None`` when there are no observers.
     tap: Callable[[Context], Tap | None] = lambda _context: None
+    #: Kafka ACLs enforced on every request (``sidecar.authorizer=acls``), else ``None``.
+    authorization: Authorization | None = None
 
 
 @dataclass
@@ -398,13 +405,39 @@ class Connection:
         api = metrics.for_api(header.api_key)
         api.request_bytes.inc(len(frame))
         route = self.router.route(header, body, self.context)
+        patch: Patch | None = None
+        authorization = self.parts.authorization
+        if authorization is not None and route is not UNSUPPORTED:
+            local = isinstance(route, LocalApi)
+            action = authorization.check(header, body[header.size :], self.context, record.expects_response,
+                                         local=local)
+            if action is REFRESH:  # topic IDs nobody named yet: ask the broker, once
+                await self._send_upstream(parts)
+                self._deliver()
+                await authorization.refresh()
+                action = authorization.check(header, body[header.size :], self.context, record.expects_response,
+                                             local=local, refreshed=True)
+            if isinstance(action, Refuse):
+                raise ConnectionClosed("authorization_failed", action.reason)
+            if isinstance(action, Refused):
+                api.requests(header.api_version, "refused").inc()
+                await self._local(Respond(body=action.body), record, api, frame, now, parts)
+                return
+            if isinstance(action, Narrowed):
+                patch = action.patch
+                if action.body is not None:
+                    head = body[: header.size]
+                    frame = memoryview(size_prefix(len(head) + len(action.body)) + bytes(head) + action.body)
+                    body = frame[4:]
         if route is FORWARD:
             api.requests(header.api_version, FORWARD).inc()
-            self._forward(record, api, frame, parts, now)
+            self._forward(record, api, frame, parts, now, patch)
             return
         if isinstance(route, LocalApi):
             api.requests(header.api_version, "local").inc()
             answer = self._call(route, header, body)
+            if patch is not None:
+                answer = self._patch_local(answer, patch, header)
             await self._local(answer, record, api, frame, now, parts)
             return
         api.requests(header.api_version, "unsupported").inc()
@@ -504,6 +537,30 @@ class Connection:
         else:
             self.responses.written()
 
+    def _patch_local(self, answer: Answer, patch: Patch, header: RequestHeader) -> Answer:
+        """A local answer with the ACL patch applied (now, or when an answer-later comes)."""
+        if isinstance(answer, Respond):
+            return self._patch_respond(answer, patch, header)
+        if isinstance(answer, Later):
+            later = answer
+
+            async def patched_later() -> Respond | Close:
+                done = await later.answer()
+                return self._patch_respond(done, patch, header) if isinstance(done, Respond) else done
+
+            return Later(answer=patched_later, hold=later.hold)
+        return answer
+
+    def _patch_respond(self, answer: Respond, patch: Patch, header: RequestHeader) -> Respond:
+        if answer.raw:
+            return answer
+        if isinstance(answer.body, bytes):
+            assert self.parts.authorization is not None
+            version = header.api_version if answer.version is None else answer.version
+            patched = self.parts.authorization.patched(patch, header.api_key, version, answer.body)
+            return Respond(body=patched, version=answer.version)
+        return Respond(body=patch(dict(answer.body)), version=answer.version)
+
     def _encode(self, record: InFlight, answer: Respond) -> bytes:
         if answer.raw:
             assert isinstance(answer.body, bytes)
@@ -558,13 +615,14 @@ class Connection:
         frame: memoryview,
         parts: list[bytes | memoryview],
         now: float,
+        patch: Patch | None = None,
     ) -> None:
         parts.append(frame)
         self.stats.forwarded += 1
         self.stats.forwarded_bytes += len(frame)
         self.tracker.expect(record)
         if record.expects_response:
-            slot = Slot(record, api, now, forwarded_at=now)
+            slot = Slot(record, api, now, forwarded_at=now, patch=patch)
             if self.tap is not None:
                 slot.request = frame
             self.responses.take(slot)
@@ -680,7 +738,23 @@ class Connection:
             if rewritten is not None:
                 data = rewritten
                 self.stats.rewritten += 1
+            if slot.patch is not None:
+                data = self._patch_response(slot.patch, header, record.response_header_version, data)
         self.responses.fill(slot, data, trio.current_time())
+
+    def _patch_response(self, patch: Patch, header: RequestHeader, header_version: int,
+                        data: bytes | memoryview) -> bytes:
+        """The broker's answer with the ACL patch applied (refused entries added, listings
+        filtered)."""
+        authorization = self.parts.authorization
+        assert authorization is not None
+        body = memoryview(data)[4:]
+        try:
+            head_size = response_header_size(body, header_version)
+            patched = authorization.patched(patch, header.api_key, header.api_version, body[head_size:])
+        except ProtocolError as exc:
+            raise ConnectionClosed("bad_response", f"api key {header.api_key} response: {exc}") from None
+        return size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
 
     def _unasked(self, body: memoryview) -> bool:
         """True (and counted) for a broker's answer to a Produce with acks=0: dropped.

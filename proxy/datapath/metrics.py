@@ -38,7 +38,8 @@ class SidecarMetrics:
         r = self.registry
         self.requests = Counter(
             "ksidecar_requests", "Requests from clients by API, version and outcome "
-            "(forwarded, local, unsupported, rejected).", ["api", "version", "outcome"], registry=r)
+            "(forwarded, local, unsupported, rejected; refused: answered with an ACL error).",
+            ["api", "version", "outcome"], registry=r)
         self.responses = Counter(
             "ksidecar_responses", "Responses sent to clients by API.", ["api"], registry=r)
         self.request_bytes = Counter(

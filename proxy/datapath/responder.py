@@ -14,7 +14,9 @@ only for a write that must wait (:meth:`Responses.wake_writer`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -35,6 +37,8 @@ class Slot:
     local: bool = False
     #: The request frame, kept for observers until the exchange completes (else ``None``).
     request: bytes | memoryview | None = None
+    #: Applied to the decoded answer before it goes out (ACL enforcement), else ``None``.
+    patch: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 class Responses:

@@ -9,7 +9,8 @@ importing one another.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -168,6 +169,19 @@ class AclDirectory(Protocol):
 
     def describe(self, filter_: BindingFilter) -> list[AclBinding]:
         """The ACLs the filter matches, as currently known."""
+        ...
+
+    @property
+    def topic_names(self) -> Mapping[uuid.UUID, str]:
+        """Topic ID → name as far as known (requests that name topics by ID)."""
+        ...
+
+    def learn_topics(self, pairs: Iterable[tuple[uuid.UUID, str]]) -> None:
+        """Topic IDs and names a Metadata answer named."""
+        ...
+
+    async def refresh_topics(self) -> None:
+        """Learn every topic's ID from the broker (rate-limited)."""
         ...
 
     async def create(self, bindings: Sequence[AclBinding]) -> list[Exception | None]:

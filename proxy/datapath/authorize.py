@@ -1,0 +1,152 @@
+"""Kafka ACLs on the data path (``sidecar.authorizer=acls``): the thin shell around
+:mod:`proxy.auth.acl.enforce`.
+
+One :class:`Authorization` per sidecar. For each request a connection asks
+:meth:`Authorization.check` before it forwards or answers it; the answer is an action of
+:mod:`proxy.auth.acl.enforce` (pass, answer locally, forward a narrowed request and patch
+the answer, close). In ``shadow`` mode every action is :data:`~proxy.auth.acl.enforce.PASS`:
+what enforcement would have refused is counted and logged, nothing is.
+
+Topic IDs (Produce v13, Fetch v13+) are resolved through names learned from every Metadata
+answer that passes (:meth:`learn`); a request naming an ID nobody has told us about gets
+:data:`REFRESH`: the connection asks the broker once (:meth:`refresh`) and checks again, and
+an ID still unknown is refused, as Kafka refuses what it cannot authorize.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter
+
+from protocol.apis import ApiRegistry
+from protocol.headers import RequestHeader
+from protocol.schema import decode, encode
+from proxy.auth.acl.enforce import PASS, Action, Enforcer, Forward
+from proxy.auth.acl.evaluate import RequestFacts
+from proxy.auth.acl.requests import checks_for
+from proxy.local.api import Context
+from proxy.local.ports import AclDirectory
+
+log = logging.getLogger(__name__)
+
+#: What :meth:`Authorization.check` returns when the request names unknown topic IDs.
+REFRESH: Final = "refresh"
+#: Metadata's API key (its answers teach topic IDs).
+METADATA = 3
+#: API keys whose local handlers apply Kafka's own checks with the same authorizer (the
+#: ACL admin APIs: per creation, per filter) or a stricter one (``super.users`` for the SCRAM,
+#: quota and feature admin APIs): when the sidecar answers them, it does not check twice.
+SELF_AUTHORIZED: Final = frozenset({29, 30, 31, 48, 49, 50, 51, 57})
+#: Seconds between two log lines about the same (principal, operation, resource).
+LOG_EVERY = 60.0
+#: Distinct refusals remembered for :data:`LOG_EVERY` (then the memory starts over).
+LOG_MEMORY = 10_000
+
+Patch = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class Authorization:
+    """ACL enforcement for every connection of one sidecar."""
+
+    def __init__(self, acls: AclDirectory, registry: ApiRegistry, metrics: CollectorRegistry, *,
+                 shadow: bool) -> None:
+        self.acls = acls
+        self.registry = registry
+        self.shadow = shadow
+        self.mode = "shadow" if shadow else "enforce"
+        self._enforcers: dict[tuple[int, int], Enforcer] = {}
+        self._by_id: dict[tuple[int, int], bool] = {}
+        self._logged: dict[tuple[str, str, str, str], float] = {}
+        self.denials = Counter(
+            "ksidecar_authorization_denials", "Resources refused by the ACLs (in shadow mode: that would be), "
+            "by operation and resource type", ["operation", "resource_type", "mode"], registry=metrics)
+
+    def check(self, header: RequestHeader, raw: memoryview, context: Context, expects_response: bool,
+              *, local: bool = False, refreshed: bool = False) -> Action | str:
+        """The action for one request (``raw``: its body after the header; ``local``: the
+        sidecar answers it)."""
+        authorizer = self.acls.authorizer
+        if context.principal in authorizer.super_users or (local and header.api_key in SELF_AUTHORIZED):
+            return PASS
+        key, version = header.api_key, header.api_version
+        enforcer = self._enforcers.get((key, version))
+        if enforcer is None:
+            api = self.registry.get(key)
+            if api is None:  # not parsed here: nothing to authorize by (the router refuses it)
+                return PASS
+            enforcer = self._enforcers[(key, version)] = Enforcer(api, version)
+        facts = RequestFacts(principal=context.principal, host=context.peer[0], api_key=key, api_version=version,
+                             topic_names=self.acls.topic_names)
+        outcome = enforcer.enforce(authorizer, facts, raw, expects_response=expects_response)
+        if outcome.denials and not refreshed and self._names_ids(key, version) and any(
+                _is_uuid(d.name) for d in outcome.denials):
+            return REFRESH
+        for denial in outcome.denials:
+            self.denials.labels(denial.operation.pascal, denial.resource_type.pascal, self.mode).inc()
+            self._log(context, key, version, denial.operation.pascal, denial.resource_type.pascal, denial.name)
+        action = outcome.action
+        if key == METADATA:
+            action = self._learning(action, enforcer)
+        if self.shadow:
+            return PASS if key != METADATA else self._learning(PASS, enforcer)
+        return action
+
+    async def refresh(self) -> None:
+        """Learn topic IDs from the broker (rate-limited by the ACL state)."""
+        await self.acls.refresh_topics()
+
+    def patched(self, patch: Patch, api_key: int, version: int, body: bytes | memoryview) -> bytes:
+        """A response body (after its header) with ``patch`` applied, re-encoded."""
+        api = self.registry.api(api_key)
+        answer = dict(decode(api.response, version, body, allow_trailing=True))
+        return encode(api.response, version, patch(answer))
+
+    def _learning(self, action: Action, enforcer: Enforcer) -> Action:
+        """Metadata answers teach topic IDs (whatever else is done with them)."""
+        learn = self.acls.learn_topics
+        inner = action.patch if isinstance(action, Forward) else None
+
+        def patch(answer: dict[str, Any]) -> dict[str, Any]:
+            learn((topic_id, topic["Name"]) for topic in answer.get("Topics") or ()
+                  if topic.get("Name") and isinstance(topic_id := topic.get("TopicId"), uuid.UUID))
+            return inner(answer) if inner is not None else answer
+
+        if isinstance(action, Forward):
+            return Forward(action.body, patch)
+        if action is PASS:
+            return Forward(None, patch)
+        return action
+
+    def _names_ids(self, key: int, version: int) -> bool:
+        found = self._by_id.get((key, version))
+        if found is None:
+            found = self._by_id[(key, version)] = any(c.by_id for c in checks_for(key, version))
+        return found
+
+    def _log(self, context: Context, key: int, version: int, operation: str, resource_type: str, name: str) -> None:
+        now = time.monotonic()
+        mark = (context.principal, operation, resource_type, name)
+        last = self._logged.get(mark)
+        if last is not None and now - last < LOG_EVERY:
+            return
+        if len(self._logged) >= LOG_MEMORY:
+            self._logged.clear()
+        self._logged[mark] = now
+        api = self.registry.get(key)
+        log.warning("%s %s from %s: %s v%d needs %s on %s %r, which the ACLs do not allow%s",
+                    "would refuse" if self.shadow else "refused", context.principal, context.peer[0],
+                    api.name if api is not None else key, version, operation, resource_type, name,
+                    " (shadow mode: served anyway)" if self.shadow else "")
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
