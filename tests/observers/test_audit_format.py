@@ -159,3 +159,16 @@ def test_a_switch_completes_the_old_versions_files_without_waiting_for_traffic(
     assert version == b"2" and [r["correlation_id"] for r in rows] == [1, 1]
     audit.audit.close(30)
     assert len(files(tmp_path)) == 1  # nothing recorded after the switch: no v3 file
+
+
+def test_a_downgrade_to_level_0_writes_version_2_again(tmp_path: Path) -> None:
+    fleet = Fleet()
+    fleet.levels[AUDIT_FORMAT] = 1
+    audit = Audit(tmp_path, "thread", fleet)
+    audit.feed(produce(1, SMALL), RDKAFKA)
+    del fleet.levels[AUDIT_FORMAT]  # downgraded (SAFE_DOWNGRADE to 0: absent from /feature)
+    audit.audit.tick(time.time())
+    audit.feed(produce(2, SMALL), RDKAFKA)
+    audit.audit.close(30)
+    assert [(v, [r["correlation_id"] for r in rows]) for v, _, rows in files(tmp_path)] == [
+        (b"3", [1, 1]), (b"2", [2, 2])]
