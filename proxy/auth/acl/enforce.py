@@ -34,10 +34,11 @@ from functools import partial
 from typing import Any
 
 from protocol.apis import Api
+from protocol.pick import Picker, Unpickable
 from protocol.schema import decode, encode, struct_defaults
 from protocol.spec import FieldSpec
 from proxy.auth.acl.evaluate import Authorizer, Denial, DeniedPart, RequestFacts, Verdict
-from proxy.auth.acl.requests import Check, OnDeny, Path, checks_for
+from proxy.auth.acl.requests import Check, OnDeny, Path, checks_for, paths_for
 
 #: Metadata's API key: its answer is always the broker's (brokers, cluster id).
 METADATA = 3
@@ -206,12 +207,62 @@ def needs_decoding(api_key: int, version: int) -> bool:
                for check in checks_for(api_key, version))
 
 
+def selection_for(paths: Iterable[Path]) -> dict[str, Any]:
+    """A :mod:`protocol.pick` selection reading every field the ``paths`` name."""
+    selection: dict[str, Any] = {}
+    for path in paths:
+        level = selection
+        steps = path.steps
+        for i, step in enumerate(steps):
+            name = step[:-2] if step.endswith("[]") else step
+            if i == len(steps) - 1:
+                level.setdefault(name, None)
+            else:
+                inner = level.get(name)
+                if inner is None:
+                    inner = level[name] = {}
+                level = inner
+    return selection
+
+
+def picked_body(fields: Sequence[FieldSpec], selection: Mapping[str, Any], values: Sequence[Any]) -> dict[str, Any]:
+    """What :meth:`Picker.pick <protocol.pick.Picker.pick>` read, as a body of mappings:
+    the values come in the fields' declaration order."""
+    out: dict[str, Any] = {}
+    i = 0
+    for spec in fields:
+        if spec.name not in selection:
+            continue
+        inner = selection[spec.name]
+        value = values[i]
+        i += 1
+        if inner is not None:
+            value = [picked_body(spec.fields, inner, element) for element in value or ()]
+        out[spec.name] = value
+    return out
+
+
 class Enforcer:
-    """Decides one request for one principal and shapes the outcome (module docstring)."""
+    """Decides one request for one principal and shapes the outcome (module docstring).
+
+    The decision reads only the fields the checks name, with a :class:`~protocol.pick.Picker`
+    where the request's shape allows (no records, no other field is built); the request is
+    decoded whole only when something must be refused, filtered or rewritten.
+    """
 
     def __init__(self, api: Api, version: int) -> None:
         self.api = api
         self.version = version
+        self._needs_body = needs_decoding(api.key, version)
+        self._selection = selection_for(paths_for(api.key, version))
+        self._picker: Picker | None = None
+        if self._needs_body and self._selection:
+            try:
+                picker = Picker(api.request, self._selection)
+                picker.program(version)
+                self._picker = picker
+            except (Unpickable, ValueError, KeyError):
+                self._picker = None
 
     def enforce(self, authorizer: Authorizer, facts: RequestFacts, raw: bytes | memoryview | None,
                 *, expects_response: bool = True) -> Enforcement:
@@ -219,13 +270,17 @@ class Enforcer:
 
         ``facts.body`` is filled here from ``raw`` when a check needs it.
         """
-        body: dict[str, Any] | None = None
-        if raw is not None and facts.body is None and needs_decoding(facts.api_key, facts.api_version):
+        if facts.principal in authorizer.super_users:
+            return ALLOWED
+        body: dict[str, Any] | None = facts.body if isinstance(facts.body, dict) else None
+        if raw is not None and facts.body is None and self._needs_body:
+            if self._picker is not None:
+                light = picked_body(self.api.request.fields, self._selection, self._picker.pick(self.version, raw))
+                verdict = authorizer.decide(_with_body(facts, light))
+                if verdict.allowed and not verdict.response_filters:
+                    return ALLOWED
             body = decode(self.api.request, self.version, raw, allow_trailing=True)
-            facts = RequestFacts(principal=facts.principal, host=facts.host, api_key=facts.api_key,
-                                 api_version=facts.api_version, body=body, topic_names=facts.topic_names)
-        elif isinstance(facts.body, dict):
-            body = facts.body
+            facts = _with_body(facts, body)
         verdict = authorizer.decide(facts)
         if verdict.allowed and not verdict.response_filters:
             return ALLOWED
@@ -382,6 +437,11 @@ class Enforcer:
 # -- helpers --------------------------------------------------------------------------------
 
 
+def _with_body(facts: RequestFacts, body: Any) -> RequestFacts:
+    return RequestFacts(principal=facts.principal, host=facts.host, api_key=facts.api_key,
+                        api_version=facts.api_version, body=body, topic_names=facts.topic_names)
+
+
 def _value(element: Any, name: str) -> Any:
     if isinstance(element, Mapping):
         return element.get(name)
@@ -450,5 +510,5 @@ def _hashable(value: Any) -> Any:
 
 __all__ = [
     "ALLOWED", "MIRRORS", "PASS", "WHOLE", "Action", "Answer", "Enforcement", "Enforcer", "Forward", "Level", "Pass",
-    "Refuse", "needs_decoding",
+    "Refuse", "needs_decoding", "picked_body", "selection_for",
 ]

@@ -231,3 +231,29 @@ def test_whole_refusal_answers_every_element() -> None:
     body = Enforcer(scram, 0).error_response({"Deletions": [{"Name": "bob", "Mechanism": 1}], "Upsertions": [
         {"Name": "carol", "Mechanism": 2, "Iterations": 4096, "Salt": b"s", "SaltedPassword": b"p"}]}, 31)
     assert [(r["User"], r["ErrorCode"]) for r in body["Results"]] == [("bob", 31), ("carol", 31)]
+
+
+@pytest.mark.parametrize(("key", "version", "body"), [
+    (0, 9, {"TransactionalId": "tx", "Acks": -1, "TimeoutMs": 5, "TopicData": [
+        {"Name": "a", "PartitionData": [{"Index": 0, "Records": b"\x00" * 70}]}, {"Name": "b", "PartitionData": []}]}),
+    (2, 7, {"ReplicaId": -1, "IsolationLevel": 0, "Topics": [
+        {"Name": "a", "Partitions": [{"PartitionIndex": 3, "Timestamp": -1}]}]}),
+    (8, 8, {"GroupId": "g", "GenerationIdOrMemberEpoch": 1, "MemberId": "m", "GroupInstanceId": None, "Topics": [
+        {"Name": "a", "Partitions": [{"PartitionIndex": 0, "CommittedOffset": 5, "CommittedMetadata": "x"}]}]}),
+    (11, 7, {"GroupId": "g", "SessionTimeoutMs": 1, "RebalanceTimeoutMs": 1, "MemberId": "", "ProtocolType": "c",
+             "Protocols": [{"Name": "range", "Metadata": b"m"}]}),
+])
+def test_picked_fields_equal_the_decoded_ones(key: int, version: int, body: dict[str, Any]) -> None:
+    """The fast path reads the same names as a whole decode (the picker, not decode, for these)."""
+    from proxy.auth.acl.enforce import picked_body, selection_for
+    from proxy.auth.acl.requests import paths_for, values_at
+
+    api = DEFAULT_REGISTRY.api(key)
+    raw = encode(api.request, version, body)
+    enforcer = Enforcer(api, version)
+    assert enforcer._picker is not None
+    selection = selection_for(paths_for(key, version))
+    light = picked_body(api.request.fields, selection, enforcer._picker.pick(version, raw))
+    full = decode(api.request, version, raw)
+    for path in paths_for(key, version):
+        assert values_at(light, path) == values_at(full, path), path
