@@ -6,6 +6,7 @@
     python -m tests.bench produce-b1-acks1 consume --repeats 5
     python -m tests.bench --profile produce-b1000-acks1 consume   # py-spy on the sidecar
     python -m tests.bench --audit produce-sync consume   # also a sidecar with the audit on
+    python -m tests.bench --acls produce-sync produce-b1000-acks1   # also one enforcing 100 ACLs
     python -m tests.bench --list
 
 Needs the ``bench`` and ``test`` extras (``pip install -e '.[test,bench]'``).
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-seconds", type=float, default=8.0)
     parser.add_argument("--audit", action="store_true",
                         help="also measure a second sidecar with the audit observer on")
+    parser.add_argument("--acls", action="store_true",
+                        help="also measure a sidecar enforcing 100 Kafka ACLs (sidecar.authorizer=acls)")
     parser.add_argument("--list", action="store_true", help="list workloads and exit")
     args = parser.parse_args(argv)
 
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    results = run_workloads(chosen, settings, repeats, args.out / "logs" / stamp, audit=args.audit)
+    results = run_workloads(chosen, settings, repeats, args.out / "logs" / stamp, audit=args.audit, acls=args.acls)
     command = command_line()
     document = write_json(args.out / f"bench-{stamp}.json", results, settings, repeats, command)
     (args.out / "latest.json").write_text((args.out / f"bench-{stamp}.json").read_text())

@@ -56,6 +56,8 @@ def targets_for(results: Sequence[WorkloadResult]) -> list[Target]:
             if "audit" in result.targets:
                 out.append(Target(w.name, "audit/sidecar", 0.90, True,
                                   "audit on ≥ 0.90 of audit off"))
+            if "acls" in result.targets:
+                out.append(Target(w.name, "acls/sidecar", 0.95, True, "100 ACLs ≥ 0.95 of ACLs off"))
             continue
         if w.name.startswith("produce-"):
             bound = 0.75 if "-b1-" in w.name else 0.95
@@ -64,6 +66,8 @@ def targets_for(results: Sequence[WorkloadResult]) -> list[Target]:
             out.append(Target(w.name, "sidecar/direct", 0.90, True, "sidecar/direct ≥ 0.90"))
         if "audit" in result.targets and not w.additive:
             out.append(Target(w.name, "audit/sidecar", 0.90, True, "audit on ≥ 0.90 of audit off"))
+        if "acls" in result.targets and not w.additive:
+            out.append(Target(w.name, "acls/sidecar", 0.95, True, "100 ACLs ≥ 0.95 of ACLs off"))
         if w.additive:
             if w.name == "latency-produce":
                 out.append(Target(w.name, f"sidecar_added_{w.metric}", 1.0, False, "added p99 ≤ 1 ms"))

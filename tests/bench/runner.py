@@ -117,10 +117,11 @@ def compare(
     ratio("sidecar", "peer")
     ratio("relay", "direct")
     ratio("audit", "sidecar")
+    ratio("acls", "sidecar")
     if workload.per_request and "direct" in targets:
         # Time added per request, from throughputs (closed loop, one in flight): 1/x − 1/direct.
         base = 1e6 / targets["direct"].median
-        for name in ("relay", "sidecar", "peer", "audit"):
+        for name in ("relay", "sidecar", "peer", "audit", "acls"):
             if name in targets and targets[name].median:
                 out[f"{name}_added_us"] = 1e6 / targets[name].median - base
         relay = out.get("relay_added_us")
@@ -144,14 +145,16 @@ def run_workloads(
     log_dir: Path,
     progress: Callable[[str], None] = print,
     audit: bool = False,
+    acls: bool = False,
 ) -> list[WorkloadResult]:
     """Run each workload ``repeats`` times per target; one stack, renewed when needed.
 
     With ``audit``, every workload the sidecar runs also runs through a second sidecar
-    with the audit observer on (target ``audit``; compared as ``audit/sidecar``).
+    with the audit observer on (target ``audit``; compared as ``audit/sidecar``); with
+    ``acls``, through a sidecar enforcing 100 ACLs (target ``acls``; ``acls/sidecar``).
     """
     results: list[WorkloadResult] = []
-    stack = Stack(log_dir, audit_enabled=audit)
+    stack = Stack(log_dir, audit_enabled=audit, acls_enabled=acls)
     try:
         stack.start()
         for index, workload in enumerate(workloads):
@@ -160,6 +163,8 @@ def run_workloads(
             names = list(workload.targets)
             if audit and "sidecar" in names and workload.name != "connections":
                 names.append("audit")
+            if acls and "sidecar" in names and workload.name != "connections":
+                names.append("acls")
             runs: dict[str, list[dict[str, float]]] = {t: [] for t in names}
             for repeat in range(repeats):
                 # Tansu's in-memory log slows down as it grows past a gigabyte or so (runs
@@ -209,7 +214,7 @@ class BackgroundProbe:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.pids = [stack.pid(t) for t in TARGETS] + [os.getpid(), *stack.broker_pids()]
-        for extra in ("relay", "audit"):
+        for extra in ("relay", "audit", "acls"):
             if getattr(stack, extra) is not None:
                 self.pids.append(stack.pid(extra))
         self.t0 = time.perf_counter()

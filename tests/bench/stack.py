@@ -31,6 +31,7 @@ from proxy.tools.rig.tansu import (
     start_broker,
     start_proxy,
 )
+from proxy.tools.rig.zookeeper import ZooKeeperServer, start_zookeeper
 from tests.bench import procfs
 
 TARGETS = ("direct", "sidecar", "peer")
@@ -53,12 +54,17 @@ class Stack:
     relay: Service | None = None
     #: With ``audit=True``: a second sidecar with the audit observer on (target "audit").
     audit: SidecarServer | None = None
+    #: With ``acls_enabled``: a sidecar enforcing Kafka ACLs (target "acls") and its ZooKeeper.
+    acls: SidecarServer | None = None
+    zookeeper: ZooKeeperServer | None = None
     #: The broker behind the relay (advertising the relay's address).
     relayed: TansuServer | None = None
     generation: int = 0
     extra_keys: dict[str, str] = field(default_factory=dict)
     #: Also run the "audit" target: ``observer.class.names=audit``, overflow=block.
     audit_enabled: bool = False
+    #: Also run the "acls" target: ``sidecar.authorizer=acls`` with :data:`BENCH_ACLS` ACLs.
+    acls_enabled: bool = False
 
     def start(self) -> Stack:
         """Start the broker, then the sidecar and the peer in front of it."""
@@ -78,6 +84,12 @@ class Stack:
                               "observer.audit.overflow": "block"}
                 self.audit = start_sidecar(logs, self.broker.bootstrap, name="ksidecar-audit",
                                            keys={**SIDECAR_KEYS, **self.extra_keys, **audit_keys})
+            if self.acls_enabled:
+                self.zookeeper = start_zookeeper(logs)
+                seed_acls(self.zookeeper.connect)
+                acl_keys = {"sidecar.authorizer": "acls", "zookeeper.connect": self.zookeeper.connect}
+                self.acls = start_sidecar(logs, self.broker.bootstrap, name="ksidecar-acls",
+                                          keys={**SIDECAR_KEYS, **self.extra_keys, **acl_keys})
         except BaseException:
             self.stop()
             raise
@@ -85,7 +97,7 @@ class Stack:
 
     def stop(self) -> None:
         """Stop whatever runs (peer and sidecar first)."""
-        for name in ("audit", "relay", "relayed", "peer", "sidecar", "broker"):
+        for name in ("acls", "zookeeper", "audit", "relay", "relayed", "peer", "sidecar", "broker"):
             service: Service | None = getattr(self, name)
             if service is not None:
                 with contextlib.suppress(Exception):
@@ -106,7 +118,7 @@ class Stack:
     def service(self, target: str) -> Service:
         """The process traffic for ``target`` connects to."""
         service = {"direct": self.broker, "sidecar": self.sidecar, "peer": self.peer,
-                   "relay": self.relay, "audit": self.audit}[target]
+                   "relay": self.relay, "audit": self.audit, "acls": self.acls}[target]
         if service is None:
             raise RuntimeError("stack is not running")
         return service
@@ -186,3 +198,52 @@ def start_relay(log_dir: Path) -> tuple[TansuServer, Service]:
         broker.process.stop()
         raise
     return broker, Service(process, LOOPBACK, port)
+
+
+#: ACLs in ZooKeeper for the "acls" target.
+BENCH_ACLS = 100
+
+
+def seed_acls(connect: str, count: int = BENCH_ACLS) -> None:
+    """Write ``count`` ACLs in Kafka's format: the bench's anonymous clients may do anything
+    (a wildcard topic, group and the cluster), and the rest are other users' literal and
+    prefixed topic and group ACLs, so every decision looks through a realistic index."""
+    from kazoo.client import KazooClient
+
+    from proxy.auth.acl.model import (
+        CLUSTER_NAME,
+        AclBinding,
+        AclEntry,
+        Operation,
+        PatternType,
+        Permission,
+        ResourcePattern,
+        ResourceType,
+    )
+    from proxy.auth.acl.store import AclStore
+
+    def binding(rtype: ResourceType, name: str, principal: str, op: Operation,
+                pattern: PatternType = PatternType.LITERAL) -> AclBinding:
+        return AclBinding(ResourcePattern(rtype, name, pattern), AclEntry(principal, "*", op, Permission.ALLOW))
+
+    anonymous = "User:ANONYMOUS"
+    bindings = [binding(ResourceType.TOPIC, "*", anonymous, Operation.ALL),
+                binding(ResourceType.GROUP, "*", anonymous, Operation.ALL),
+                binding(ResourceType.CLUSTER, CLUSTER_NAME, anonymous, Operation.ALL)]
+    i = 0
+    while len(bindings) < count:
+        kind = (ResourceType.TOPIC, ResourceType.GROUP)[i % 2]
+        pattern = (PatternType.LITERAL, PatternType.PREFIXED)[(i // 2) % 2]
+        bindings.append(binding(kind, f"team{i}-", f"User:user{i}", Operation.READ, pattern))
+        i += 1
+    client = KazooClient(hosts=connect, timeout=15)
+    client.start(timeout=15)
+    try:
+        store = AclStore(client)
+        store.start()
+        failures = [f for f in store.create(bindings) if f is not None]
+        if failures:
+            raise RuntimeError(f"seeding ACLs failed: {failures[0]}")
+    finally:
+        client.stop()
+        client.close()
