@@ -262,3 +262,29 @@ def overview(specs: Sequence[Spec], title: str) -> Spec:
         # Each part keeps its own colours and legend (shared, their domains would merge).
         "resolve": {"scale": {"color": "independent"}, "legend": {"color": "independent"}},
     }
+
+
+def readiness_matrix(rows: Rows, target: str) -> Spec:
+    """API keys (columns) and the versions seen (cell text) per client software (rows), red
+    where a version seen is one ``target`` does not serve; rows: ``software``, ``api``,
+    ``api_key``, ``versions`` (text), ``refused`` (the versions among them ``target`` does not
+    serve, text), ``status`` (``breaks`` / ``served``), ``requests``.
+    No drill-down: a cell sums every principal's requests."""
+    base = alt.Chart(_data(rows)).encode(
+        x=alt.X("api:N", title=None, sort=alt.EncodingSortField("api_key", order="ascending"),
+                axis=alt.Axis(orient="top", labelAngle=-40, labelLimit=160)),
+        y=alt.Y("software:N", title=None, axis=alt.Axis(labelLimit=260)),
+    )
+    cells = base.mark_rect(stroke="#fff").encode(
+        color=alt.Color("status:N", title=None, legend=_LEGEND,
+                        scale=alt.Scale(domain=["breaks", "served"], range=["#d62728", "#9ecae1"])),
+        tooltip=["software:N", "api:N", alt.Tooltip("versions:N", title="versions seen"),
+                 alt.Tooltip("refused:N", title=f"not served by {target}"),
+                 alt.Tooltip("requests:Q", format=",")],
+    )
+    text = base.mark_text(fontSize=10).encode(text="versions:N")
+    chart = alt.layer(cells, text).properties(
+        width=alt.Step(44), height=alt.Step(22),
+        title=f"API versions seen per client software (red: not served by {target})",
+    )
+    return _spec(chart)

@@ -33,16 +33,17 @@ from spark_jobs import charts, options, page
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-JOBS = ("traffic", "unused_topics", "cost_attribution", "latency_slo", "completeness")
+JOBS = ("traffic", "unused_topics", "cost_attribution", "latency_slo", "completeness",
+        "upgrade_readiness")
 
 CHARTS = (
     "traffic_hourly", "top_topics", "requests_by_api", "cost_by_principal",
-    "latency_p99", "slo_share", "long_polls", "completeness",
+    "latency_p99", "slo_share", "long_polls", "completeness", "readiness_matrix",
 )
 """The charts a full report holds (``completeness`` only when a mirror was compared)."""
 
 TABLES = ("traffic-topics", "traffic-api", "cost", "latency", "long-polls", "unused",
-          "inventory", "completeness")
+          "inventory", "completeness", "readiness-breaking", "readiness-old", "readiness-clients")
 """The ids of the tables (or their "nothing to show" notes) a full report holds."""
 
 TOP = 15
@@ -114,6 +115,7 @@ def _describe(args: argparse.Namespace) -> str:
         parts.append(f"sidecars {', '.join(map(str, args.sidecars))}")
     if args.mirror:
         parts.append(f"compared with mirror {args.mirror}")
+    parts.append(f"readiness for {args.target}")
     return "; ".join(parts)
 
 
@@ -220,6 +222,7 @@ def render(out: Path, *, title: str = "", export: bool = True) -> Path:
         _latency(p, data, still),
         _unused(p, data),
         _completeness(p, data),
+        _readiness(p, data, still),
     ]
     if export and still:
         (out / EXPORT).write_bytes(vlc.vegalite_to_png(
@@ -484,6 +487,144 @@ def _completeness(p: page.Page, data: Path) -> str:
         page.table("completeness", ["topic", "window start", "window end", "source records",
                                     "mirror records", "difference"], rows,
                    empty="Every window matches the mirror."),
+    )
+
+
+UNKNOWN_SOFTWARE = "unknown software"
+
+
+def software_label(name: str | None, version: str | None) -> str:
+    """A client's software as people read it; :data:`UNKNOWN_SOFTWARE` when its connection
+    named none (ApiVersions before v3, or an audit file before schema version 3)."""
+    if name is None:
+        return UNKNOWN_SOFTWARE
+    return name if version is None else f"{name} {version}"
+
+
+def versions_label(versions: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``0–2, 5``."""
+    spans: list[str] = []
+    ordered = sorted(set(versions))
+    start = previous = ordered[0] if ordered else 0
+    for v in [*ordered[1:], None]:
+        if v is not None and v == previous + 1:
+            previous = v
+            continue
+        spans.append(str(start) if start == previous else f"{start}–{previous}")
+        if v is not None:
+            start = previous = v
+    return ", ".join(spans) if ordered else ""
+
+
+def served_label(low: Any, high: Any) -> str:
+    """What the target serves of an API: ``3–12``, or ``not served``."""
+    if low is None:
+        return "not served"
+    return str(low) if low == high else f"{low}–{high}"
+
+
+#: Client software rows the readiness matrix draws (the most requests first).
+MATRIX_SOFTWARE = 30
+
+
+def _readiness(p: page.Page, data: Path, still: list[charts.Spec]) -> str:
+    clients = _read(data, "upgrade_readiness", "clients")
+    breaking = _read(data, "upgrade_readiness", "breaking")
+    old = _read(data, "upgrade_readiness", "old_software")
+    matrix = _read(data, "upgrade_readiness", "matrix")
+    target_table = _read(data, "upgrade_readiness", "target")
+    title = "Upgrade readiness and client software"
+    if clients is None or breaking is None or old is None or matrix is None or target_table is None:
+        return page.section("readiness", title, '<p class="empty">No output.</p>')
+    target = (_col(target_table, "target") or ["the target"])[0]
+    source = (_col(target_table, "source") or [""])[0]
+    at_risk = clients.filter(pc.greater(clients.column("unsupported_requests"), 0))
+    p.summary.append((f"clients that would break on {target}",
+                      f"{at_risk.num_rows:,} of {clients.num_rows:,}"))
+    p.principals.update(_col(clients, "principal"))
+
+    def who(r: dict[str, Any]) -> list[page.Cell | str]:
+        return [software_label(r["software_name"], r["software_version"]), _text(r["client_id"]),
+                _text(r["principal"]), _text(r["client_host"])]
+
+    breaking_rows = [
+        page.Row(principal=r["principal"], cells=[
+            *who(r), f"{r['api_name']} ({r['api_key']})", versions_label(r["versions"]),
+            served_label(r["target_min"], r["target_max"]), _when(r["first_seen"]),
+            _when(r["last_seen"]), _num(_int(r["requests"]), r["requests"])])
+        for r in breaking.to_pylist()
+    ]
+    old_rows = [
+        page.Row(principal=r["principal"], cells=[
+            *who(r), _text(r["minimum"]), _when(r["first_seen"]), _when(r["last_seen"]),
+            _num(_int(r["requests"]), r["requests"])])
+        for r in old.to_pylist()
+    ]
+    client_rows = [
+        page.Row(principal=r["principal"], cells=[
+            *who(r), _when(r["first_seen"]), _when(r["last_seen"]),
+            _num(_int(r["requests"]), r["requests"]),
+            _num(_int(r["unsupported_requests"]), r["unsupported_requests"])])
+        for r in clients.to_pylist()
+    ]
+    cells: dict[tuple[str, str, int], dict[str, Any]] = {}
+    per_software: dict[str, int] = {}
+    for r in matrix.to_pylist():
+        software = software_label(r["software_name"], r["software_version"])
+        api = f"{r['api_name']} ({r['api_key']})"
+        cell = cells.setdefault((software, api, r["api_key"]),
+                                {"versions": [], "refused": [], "requests": 0})
+        cell["versions"].append(r["api_version"])
+        cell["requests"] += r["requests"]
+        if not r["supported"]:
+            cell["refused"].append(r["api_version"])
+        per_software[software] = per_software.get(software, 0) + r["requests"]
+    shown = set(sorted(per_software, key=lambda s: -per_software[s])[:MATRIX_SOFTWARE])
+    spec_rows = [
+        {"software": software, "api": api, "api_key": key, "requests": c["requests"],
+         "versions": versions_label(c["versions"]), "refused": versions_label(c["refused"]) or "none",
+         "status": "breaks" if c["refused"] else "served"}
+        for (software, api, key), c in cells.items() if software in shown
+    ]
+    matrix_spec = charts.readiness_matrix(spec_rows, target) if spec_rows else None
+    if matrix_spec is not None:
+        still.append(matrix_spec)
+    unknown = sum(1 for r in clients.to_pylist() if r["software_name"] is None)
+    more = (f" The matrix shows the {MATRIX_SOFTWARE} client software with the most requests "
+            f"of {len(per_software)}." if len(per_software) > MATRIX_SOFTWARE else "")
+    if clients.num_rows == 0:
+        verdict = ("Not enough data: the audit read has no requests, so it cannot tell which "
+                   "clients would break.")
+    elif at_risk.num_rows == 0:
+        verdict = (f"No client would break on {target}: every request in the audit read used "
+                   "an API version it serves.")
+    else:
+        verdict = (f"{at_risk.num_rows:,} of {clients.num_rows:,} clients used API versions "
+                   f"{target} does not serve (KIP-896 removed the oldest versions of many APIs "
+                   "in Kafka 4.0); the broker would refuse those requests.")
+    return page.section(
+        "readiness", title,
+        f'<p class="note">Target: {html.escape(target)} ({html.escape(source)}). A client is '
+        "its software (from its ApiVersions v3+ request), client.id, principal and source IP; "
+        f"{unknown:,} of {clients.num_rows:,} sent no software name (ApiVersions v0-v2, or "
+        f"audit files before schema version 3) and show as {UNKNOWN_SOFTWARE}.{html.escape(more)}</p>",
+        f'<p id="readiness-verdict">{html.escape(verdict)}</p>',
+        "<h3>Clients that would break</h3>",
+        page.table("readiness-breaking", ["software", "client.id", "principal", "source IP",
+                                          "API", "versions used", "target serves",
+                                          "first seen", "last seen", "requests"],
+                   breaking_rows, empty=f"No client used a version {target} does not serve."),
+        page.chart(p, "readiness_matrix", matrix_spec, "the API versions per client software"),
+        "<h3>Client software older than the minimum</h3>",
+        page.table("readiness-old", ["software", "client.id", "principal", "source IP",
+                                     "minimum", "first seen", "last seen", "requests"],
+                   old_rows, empty="No client software older than a minimum given "
+                   "(--min-software NAME=VERSION; none given, or every client meets it)."),
+        "<h3>Client software inventory</h3>",
+        page.table("readiness-clients", ["software", "client.id", "principal", "source IP",
+                                         "first seen", "last seen", "requests",
+                                         "requests the target refuses"],
+                   client_rows, empty="No clients in the audit read."),
     )
 
 

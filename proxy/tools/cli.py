@@ -3,6 +3,8 @@
 ``ksidecar run --config sidecar.properties [--set key=value ...]`` runs a sidecar;
 ``ksidecar demo`` runs the end-to-end demo; ``ksidecar audit report --audit PATH --out DIR``
 runs the PySpark audit jobs and writes an HTML report (see :mod:`spark_jobs.report`);
+``ksidecar audit readiness --audit PATH --target 4.0`` prints which clients would break on a
+target Kafka (:mod:`proxy.tools.readiness`);
 ``ksidecar quotas`` describes and alters per-IP connection quotas over the wire
 (:mod:`proxy.tools.quotas_cli`); ``ksidecar groups`` lists, describes and deletes consumer
 groups and resets their offsets over the wire (:mod:`proxy.tools.groups_cli`); ``ksidecar
@@ -26,7 +28,7 @@ import trio
 from coordinator.features import IncompatibleFeatures
 from proxy.config import ConfigError, SidecarConfig, load_config
 from proxy.config.properties import PropertiesError
-from proxy.tools import acls_cli, features_cli, groups_cli, quotas_cli, users_cli
+from proxy.tools import acls_cli, features_cli, groups_cli, quotas_cli, readiness, users_cli
 from spark_jobs import options as audit_options
 
 log = logging.getLogger("ksidecar")
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     acls_cli.add_parser(sub)
     features_cli.add_parser(sub)
     users_cli.add_parser(sub)
-    audit_options.add_audit_command(sub)
+    readiness.add_parser(audit_options.add_audit_command(sub))
     args = parser.parse_args(argv)
     if args.command == "quotas":
         return quotas_cli.run(args)
@@ -111,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         return features_cli.run(args)
     if args.command == "users":
         return users_cli.run(args)
+    if args.command == "audit" and args.audit_command == "readiness":
+        return readiness.run(args)
     if args.command == "audit":
         from spark_jobs import report  # loads pyspark: only for this command
 

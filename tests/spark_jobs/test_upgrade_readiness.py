@@ -289,3 +289,112 @@ def test_an_empty_range_writes_empty_tables(spark: SparkSession, audit: Path, tm
 
     assert out["clients"] == out["breaking"] == out["matrix"] == []
     assert len(out["target"]) > 50
+
+
+# ---------------------------------------------------------------------------------------------
+# The report section
+
+
+def test_the_report_section_lists_them_and_renders_in_chromium(
+    spark: SparkSession, audit: Path, tmp_path: Path
+) -> None:
+    from spark_jobs import report
+    from tests.spark_jobs.browser import chromium, launch, load
+    from tests.spark_jobs.report_check import parse, summary
+
+    out = tmp_path / "report"
+    run(spark, audit, out / "data" / "upgrade_readiness", "--target", "4.0",
+        "--min-software", "librdkafka=2.10")
+
+    index = report.render(out, title="readiness")
+    page = parse(index)
+
+    assert summary(page, "clients that would break on Kafka 4.0") == "2 of 4"
+    assert page.tables["readiness-breaking"][1:] == [
+        ["apache-kafka-java 3.9.0", "svc", BOB, "10.0.0.2", "ListOffsets (2)", "0", "1–10",
+         "2026-03-01 10:11", "2026-03-01 10:11", "1"],
+        ["apache-kafka-java 3.9.0", "svc", BOB, "10.0.0.2", "Vendor (10000)", "0", "not served",
+         "2026-03-01 10:12", "2026-03-01 10:12", "1"],
+        ["unknown software", "legacy", ALICE, "10.0.0.1", "Produce (0)", "2", "3–12",
+         "2026-03-01 10:00", "2026-03-01 10:30", "2"],
+        ["unknown software", "legacy", ALICE, "10.0.0.1", "Fetch (1)", "3", "4–17",
+         "2026-03-01 11:00", "2026-03-01 11:00", "1"],
+        ["unknown software", "legacy", ALICE, "10.0.0.1", "JoinGroup (11)", "1", "2–9",
+         "2026-03-01 10:05", "2026-03-01 10:05", "1"],
+    ]
+    assert [row[:2] for row in page.tables["readiness-old"][1:]] == [["librdkafka 2.6.1", "c"]]
+    assert len(page.tables["readiness-clients"]) == 1 + 4
+    matrix = page.specs["readiness_matrix"]
+    cells = {(c["software"], c["api"]): (c["versions"], c["status"])
+             for c in matrix["data"]["values"]}
+    assert cells[("unknown software", "Produce (0)")] == ("2–3", "breaks")
+    assert cells[("librdkafka 2.6.1", "Fetch (1)")] == ("13", "served")
+
+    found = chromium()
+    if found is None:
+        pytest.skip("chromium is not installed (scripts/test installs it: ensure_chromium)")
+    with launch(found) as browser:
+        visit = load(browser, index, shots={"readiness": "document.getElementById('readiness')"
+                                                         ".scrollIntoView()"})
+    assert visit.errors == [] and visit.requests == []
+    assert visit.values["charts"] == len(page.specs)
+
+
+def test_no_client_would_break_and_not_enough_data(
+    spark: SparkSession, audit: Path, tmp_path: Path
+) -> None:
+    from spark_jobs import report
+    from tests.spark_jobs.report_check import parse
+
+    texts = {}
+    # 10:20-10:25 holds only the librdkafka client's Produce v9 and Metadata v12: 4.0 serves both.
+    for name, extra in (("none", ["--target", "4.0", "--since", "2026-03-01T10:20",
+                                  "--until", "2026-03-01T10:25"]),
+                        ("empty", ["--since", "2030-01-01"])):
+        out = tmp_path / name
+        run(spark, audit, out / "data" / "upgrade_readiness", *extra)
+        page = parse(report.render(out))
+        texts[name] = " ".join(page.text)
+        assert ("readiness_matrix" in page.specs) == (name == "none")
+        assert "readiness-breaking" in page.empty
+    assert "No client would break on Kafka 4.0" in texts["none"]
+    assert "Not enough data: the audit read has no requests" in texts["empty"]
+
+
+# ---------------------------------------------------------------------------------------------
+# ksidecar audit readiness
+
+
+def test_the_command_prints_the_same_tables(
+    spark: SparkSession, audit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from proxy.tools import cli, readiness
+
+    printed = io.StringIO()
+    run_here = readiness.run
+    # The command as parsed by ``ksidecar``, run in the tests' session, printed to a buffer.
+    monkeypatch.setattr(readiness, "run", lambda args: run_here(args, spark, printed))
+
+    assert cli.main(["audit", "readiness", "--audit", str(audit), "--target", "4.0",
+                     "--min-software", "librdkafka=2.10"]) == 0
+
+    lines = printed.getvalue().splitlines()
+    assert lines[1] == "Clients that would break on Kafka 4.0: 2 of 4"
+    rows = [line.split("  ") for line in lines]
+    cells = [[c.strip() for c in row if c.strip()] for row in rows]
+    assert ["unknown software", "legacy", ALICE, "10.0.0.1", "Produce (0)", "2", "3–12",
+            "2026-03-01 10:00:00", "2026-03-01 10:30:00", "2"] in cells
+    assert ["apache-kafka-java 3.9.0", "svc", BOB, "10.0.0.2", "Vendor (10000)", "0", "not served",
+            "2026-03-01 10:12:00", "2026-03-01 10:12:00", "1"] in cells
+    assert ["librdkafka 2.6.1", "c", CAROL, "10.0.0.3", "librdkafka=2.10", "2026-03-01 10:20:00",
+            "2026-03-01 11:01:00", "3"] in cells
+    assert ["unknown software", "Produce (0)", "2–3", "2", "3"] in cells
+
+
+def test_the_command_refuses_an_unknown_target(capsys: pytest.CaptureFixture[str]) -> None:
+    from proxy.tools import cli
+
+    assert cli.main(["audit", "readiness", "--audit", "/nowhere", "--target", "9.9"]) == 2
+    assert "not a release in the table (3.9, 4.0, 4.1)" in capsys.readouterr().err
