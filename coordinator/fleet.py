@@ -61,6 +61,10 @@ class Fleet:
         self.held[group_id] = version
         self._wanted.discard(group_id)
 
+    def want(self, group_id: str) -> None:
+        """A request for ``group_id`` is waiting here for its claim: claim it."""
+        self._wanted.add(group_id)
+
     def released(self, group_id: str) -> None:
         """This sidecar no longer serves ``group_id``."""
         self.held.pop(group_id, None)

@@ -32,6 +32,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
@@ -124,6 +125,17 @@ class _GroupCollector(Collector):
             yield live
 
 
+@dataclass(kw_only=True, slots=True)
+class _Waiting:
+    """A request held until this sidecar claims its groups."""
+
+    call: GroupCall
+    api: str
+    pending: Pending[Response]
+    groups: tuple[str, ...]
+    until: float
+
+
 class GroupService:
     """The embedded coordinator of one sidecar (the :class:`~proxy.local.ports.GroupPort`)."""
 
@@ -140,6 +152,7 @@ class GroupService:
         store: GroupStore | None = None,
         fleet: bool = True,
         claim_retry: float = 0.2,
+        claim_wait: float = 5.0,
     ) -> None:
         self.clock = clock
         self.core = GroupCoordinator(settings, now=clock())
@@ -155,6 +168,9 @@ class GroupService:
             self.store = GroupStore(zk.client)
         self.claims: GroupClaims | None = None
         self.claim_retry = claim_retry
+        #: How long a request may wait for its group's claim before it is answered anyway.
+        self.claim_wait = claim_wait
+        self._waiting: list[_Waiting] = []
         self.metadata = metadata
         self._address = address
         self.refresh_interval = refresh_interval
@@ -175,7 +191,34 @@ class GroupService:
     # -- the port ------------------------------------------------------------------------
 
     def run(self, call: GroupCall, api: str = "") -> Response | Pending[Response]:
-        """Run ``call`` on the core: its answer now, or a pending one."""
+        """Run ``call`` on the core: its answer now, or a pending one.
+
+        In a fleet, a call about a group the placement gives this sidecar but that is not
+        claimed yet waits (up to :attr:`claim_wait` seconds) for the claim, instead of being
+        answered COORDINATOR_LOAD_IN_PROGRESS: a client's first request for a new group
+        usually follows its FindCoordinator by a millisecond, and a claim takes a few.
+        """
+        if self.fleet is not None:
+            waiting_for = self._unclaimed(call)
+            if waiting_for:
+                for group_id in waiting_for:
+                    self.fleet.want(group_id)
+                pending: Pending[Response] = Pending()
+                self._waiting.append(_Waiting(call=call, api=api, pending=pending, groups=waiting_for,
+                                              until=trio.current_time() + self.claim_wait))
+                self._place_now.set()
+                return pending
+        return self._run(call, api)
+
+    def _unclaimed(self, call: GroupCall) -> tuple[str, ...]:
+        assert self.fleet is not None
+        fleet = self.fleet
+        if fleet.me is None:
+            return ()
+        groups: tuple[str, ...] = getattr(call, "group_ids", ())
+        return tuple(g for g in groups if g not in fleet.held and fleet.owner(g) == fleet.me)
+
+    def _run(self, call: GroupCall, api: str, into: Pending[Response] | None = None) -> Response | Pending[Response]:
         started = time.perf_counter()
         step = call(self.core, self.clock())
         self.metrics.handling.labels(api or "other").observe(time.perf_counter() - started)
@@ -184,7 +227,7 @@ class GroupService:
             # Registered before the step's answers are delivered: a step may answer the very
             # request it parked (a leader's SyncGroup completes its own, and the others').
             assert step.ticket is not None
-            pending = self._pending[step.ticket] = Pending()
+            pending = self._pending[step.ticket] = into if into is not None else Pending()
         response = self._apply(step)
         if self.fleet is not None and self.fleet.has_wanted():
             self._place_now.set()
@@ -343,6 +386,9 @@ class GroupService:
                 self._rescan = True
             if self.fleet.me is not None:
                 self._placed.set()
+            self._release_waiting()
+            if self._waiting:
+                retry = True
             with trio.move_on_after(self.claim_retry if retry or self.fleet.me is None else math.inf):
                 await self._place_now.wait()
 
@@ -367,10 +413,27 @@ class GroupService:
         self.core.adopt(loaded, group_id, self.clock())
         self.fleet.claimed(group_id, version)
         self._deadline_changed.set()
+        self._release_waiting()
         took = trio.current_time() - began
         log.info("coordinator: serving group %r (claim version %d, %s, %.0f ms)", group_id, version,
                  "loaded from ZooKeeper" if loaded is not None else "new", took * 1000)
         return True
+
+    def _release_waiting(self) -> None:
+        """Run the held requests whose groups are claimed now, no longer this sidecar's,
+        or that waited long enough (these get the core's answer: LOAD_IN_PROGRESS)."""
+        if not self._waiting:
+            return
+        now = trio.current_time()
+        still: list[_Waiting] = []
+        ready: list[_Waiting] = []
+        for waiting in self._waiting:
+            (ready if now >= waiting.until or not self._unclaimed(waiting.call) else still).append(waiting)
+        self._waiting = still
+        for waiting in ready:
+            outcome = self._run(waiting.call, waiting.api, into=waiting.pending)
+            if not isinstance(outcome, Pending):
+                waiting.pending.set(outcome)
 
     async def _hand_over(self, group_id: str) -> None:
         """Stop serving ``group_id``, let the writes in flight finish, release the claim."""
@@ -397,6 +460,9 @@ class GroupService:
         held = sorted(self.fleet.held)
         for group_id in held:
             self._drop(group_id)
+        for waiting in self._waiting:  # answered now (NOT_COORDINATOR or LOAD_IN_PROGRESS)
+            waiting.until = -math.inf
+        self._release_waiting()
         claims = self.claims
         if claims is not None and self.zk.client.connected:
             for group_id in held:

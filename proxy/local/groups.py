@@ -14,6 +14,7 @@ the broker's, and such a request is forwarded (and its answer's address rewritte
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.core import SERVED_API_VERSIONS, GroupCoordinator
@@ -78,7 +79,7 @@ def _find(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator
 def _join(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
     req = JoinGroupRequest.from_wire(request.version, _body(request))
     client = _client(request, context)
-    return lambda core, now: core.join_group(req, client, now)
+    return CoreCall(group_ids_of(req), lambda core, now: core.join_group(req, client, now))
 
 
 def _consumer_heartbeat(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
@@ -86,15 +87,15 @@ def _consumer_heartbeat(request: LocalRequest, context: Context) -> Callable[[Gr
     client = _client(request, context)
     if req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None:
         _port(context).subscriptions_changed()
-    return lambda core, now: core.consumer_group_heartbeat(req, client, now)
+    return CoreCall(group_ids_of(req), lambda core, now: core.consumer_group_heartbeat(req, client, now))
 
 
 def _simple(kind: Any, method: str, with_now: bool) -> CallFor:
     def call_for(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
         req = kind.from_wire(request.version, _body(request))
         if with_now:
-            return lambda core, now: getattr(core, method)(req, now)
-        return lambda core, now: getattr(core, method)(req)
+            return CoreCall(group_ids_of(req), lambda core, now: getattr(core, method)(req, now))
+        return CoreCall(group_ids_of(req), lambda core, now: getattr(core, method)(req))
 
     return call_for
 
@@ -116,6 +117,32 @@ CALLS: dict[int, CallFor] = {
     CONSUMER_GROUP_HEARTBEAT: _consumer_heartbeat,
     69: _simple(ConsumerGroupDescribeRequest, "consumer_group_describe", False),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class CoreCall:
+    """A core call that names the groups its request is about (``group_ids``), so that in a
+    fleet the shell can hold it until this sidecar has claimed them (docs/coordinator.md)."""
+
+    group_ids: tuple[str, ...]
+    fn: Callable[[GroupCoordinator, int], Step[Any]]
+
+    def __call__(self, core: GroupCoordinator, now: int) -> Step[Any]:
+        return self.fn(core, now)
+
+
+def group_ids_of(request: Any) -> tuple[str, ...]:
+    """The group ids a typed group request is about (none for FindCoordinator and ListGroups)."""
+    if isinstance(request, FindCoordinatorRequest | ListGroupsRequest):
+        return ()
+    if isinstance(request, OffsetFetchRequest):
+        return tuple(g.group_id for g in request.groups)
+    if isinstance(request, DescribeGroupsRequest | DeleteGroupsRequest):
+        return tuple(request.groups)
+    if isinstance(request, ConsumerGroupDescribeRequest):
+        return tuple(request.group_ids)
+    group_id = getattr(request, "group_id", None)
+    return (group_id,) if isinstance(group_id, str) else ()
 
 
 def _port(context: Context) -> GroupPort:

@@ -75,6 +75,8 @@ class Fleet:
             "group.min.session.timeout.ms": "1000",
             "sidecar.coordinator.metadata.refresh.ms": "1000",
             "sidecar.shutdown.drain.ms": "3000",
+            "group.consumer.session.timeout.ms": str(GROUP_SESSION_MS),
+            "group.consumer.heartbeat.interval.ms": "1000",
         }
 
     def start(self, node: int) -> SidecarServer:
@@ -201,6 +203,21 @@ def test_a_sidecar_that_does_not_own_a_group_answers_not_coordinator(fleet: Flee
         assert joined.ErrorCode == NOT_COORDINATOR
 
 
+def test_the_owner_holds_a_new_groups_first_request_until_it_has_claimed_it(fleet: Fleet) -> None:
+    """No FindCoordinator first (that would start the claim early): the JoinGroup itself
+    makes the owner claim the group, and is answered as usual, not LOAD_IN_PROGRESS."""
+    live = fleet.live()
+    (group,) = groups_owned_by(3, live, 1, f"fresh-{uuid.uuid4().hex[:6]}")
+    assert claim_holder(fleet, group) is None
+    with connect(fleet.ports[3]) as sock:
+        joined: Any = call(sock, 11, 5, {
+            "GroupId": group, "SessionTimeoutMs": 10000, "RebalanceTimeoutMs": 10000, "MemberId": "",
+            "GroupInstanceId": None, "ProtocolType": "consumer",
+            "Protocols": [{"Name": "range", "Metadata": b""}]})
+    assert joined.ErrorCode == 79  # MEMBER_ID_REQUIRED: served
+    assert claim_holder(fleet, group) == 3
+
+
 # -- consumers ---------------------------------------------------------------------------------
 
 
@@ -236,10 +253,12 @@ class Member(threading.Thread):
         def on_revoke(_: Any, parts: list[Any]) -> None:
             self.events.append((time.monotonic(), "revoke", tuple(sorted(p.partition for p in parts))))
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                             "session.timeout.ms": GROUP_SESSION_MS, "heartbeat.interval.ms": 1000,
-                             "partition.assignment.strategy": "range", **self.extra})
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+        if self.extra.get("group.protocol") != "consumer":  # KIP-848: the coordinator sets these
+            config.update({"session.timeout.ms": GROUP_SESSION_MS, "heartbeat.interval.ms": 1000,
+                           "partition.assignment.strategy": "range"})
+        consumer = Consumer({**config, **self.extra})
         consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke)
         try:
             while not self.stop.is_set():
@@ -362,12 +381,14 @@ class Groups:
         self.producer.join(30)
 
 
-def start_groups(fleet: Fleet, names: list[str], per_group: int = 2) -> Groups:
+def start_groups(fleet: Fleet, names: list[str], per_group: int = 2,
+                 extra: dict[str, dict[str, str]] | None = None) -> Groups:
     topic = f"fleet-{uuid.uuid4().hex[:8]}"
     create_topic(fleet.bootstrap(), topic)
     producer = Producer(fleet.bootstrap(), topic)
     producer.start()
-    members = {g: [Member(fleet.bootstrap(), g, topic) for _ in range(per_group)] for g in names}
+    members = {g: [Member(fleet.bootstrap(), g, topic, (extra or {}).get(g)) for _ in range(per_group)]
+               for g in names}
     running = Groups(topic=topic, members=members, producer=producer)
     for m in running.all():
         m.start()
@@ -435,7 +456,8 @@ def test_sigkill_of_an_owner_loses_no_acknowledged_offset(fleet: Fleet) -> None:
     live = fleet.live()
     victim = 3
     names = groups_owned_by(victim, live, 3, "failover")
-    groups = start_groups(fleet, names)
+    # Two classic groups and one KIP-848 group (ConsumerGroupHeartbeat, served by the sidecar).
+    groups = start_groups(fleet, names, extra={names[2]: {"group.protocol": "consumer"}})
     try:
         assert [claim_holder(fleet, g) for g in names] == [victim] * 3
         time.sleep(1.0)  # a few more commits
