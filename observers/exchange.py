@@ -53,6 +53,10 @@ class Exchange:
     #: ``(ClientSoftwareName, ClientSoftwareVersion)`` from the connection's ApiVersions v3+
     #: request, or ``None`` when the client has not sent one (yet).
     client_software: tuple[str, str] | None = None
+    #: What the sidecar's ACLs refused of this request (``sidecar.authorizer=acls``):
+    #: ``(resource type, name, operation, mode)`` each, mode ``enforce`` or ``shadow`` (in
+    #: shadow mode nothing was refused: it would have been).
+    denials: tuple[tuple[str, str, str, str], ...] = ()
     #: The request frame, size prefix included; ``None`` when it was not kept (secrets).
     frame: Frame | None
     #: Bytes of the request frame, size prefix included.

@@ -150,6 +150,7 @@ class Tap:
         response_header_version: int,
         principal: str,
         client_software: tuple[str, str] | None = None,
+        denials: tuple[tuple[str, str, str, str], ...] = (),
         frame: Frame | None,
         request_size: int,
         received_at: float,
@@ -165,7 +166,7 @@ class Tap:
         exchange = Exchange(
             link=self.link, request_id=next(self.hub.request_ids), header=header,
             response_header_version=response_header_version, principal=principal,
-            client_software=client_software, frame=frame, request_size=request_size, received=received_at,
+            client_software=client_software, denials=denials, frame=frame, request_size=request_size, received=received_at,
             expects_response=expects_response, local=local, response=response,
             elapsed=elapsed, upstream_elapsed=upstream_elapsed,
         )

@@ -48,6 +48,8 @@ LOG_EVERY = 60.0
 LOG_MEMORY = 10_000
 
 Patch = Callable[[dict[str, Any]], dict[str, Any]]
+#: Refusals of one request for the audit: ``(resource type, name, operation, mode)`` each.
+Denials = tuple[tuple[str, str, str, str], ...]
 
 
 class Authorization:
@@ -67,34 +69,35 @@ class Authorization:
             "by operation and resource type", ["operation", "resource_type", "mode"], registry=metrics)
 
     def check(self, header: RequestHeader, raw: memoryview, context: Context, expects_response: bool,
-              *, local: bool = False, refreshed: bool = False) -> Action | str:
+              *, local: bool = False, refreshed: bool = False) -> tuple[Action | str, Denials]:
         """The action for one request (``raw``: its body after the header; ``local``: the
-        sidecar answers it)."""
+        sidecar answers it), and what was refused (in shadow mode: would have been)."""
         authorizer = self.acls.authorizer
         if context.principal in authorizer.super_users or (local and header.api_key in SELF_AUTHORIZED):
-            return PASS
+            return PASS, ()
         key, version = header.api_key, header.api_version
         enforcer = self._enforcers.get((key, version))
         if enforcer is None:
             api = self.registry.get(key)
             if api is None:  # not parsed here: nothing to authorize by (the router refuses it)
-                return PASS
+                return PASS, ()
             enforcer = self._enforcers[(key, version)] = Enforcer(api, version)
         facts = RequestFacts(principal=context.principal, host=context.peer[0], api_key=key, api_version=version,
                              topic_names=self.acls.topic_names)
         outcome = enforcer.enforce(authorizer, facts, raw, expects_response=expects_response)
         if outcome.denials and not refreshed and self._names_ids(key, version) and any(
                 _is_uuid(d.name) for d in outcome.denials):
-            return REFRESH
+            return REFRESH, ()
+        denials: Denials = ()
         for denial in outcome.denials:
-            self.denials.labels(denial.operation.pascal, denial.resource_type.pascal, self.mode).inc()
-            self._log(context, key, version, denial.operation.pascal, denial.resource_type.pascal, denial.name)
-        action = outcome.action
+            operation, resource_type = denial.operation.pascal, denial.resource_type.pascal
+            self.denials.labels(operation, resource_type, self.mode).inc()
+            self._log(context, key, version, operation, resource_type, denial.name)
+            denials += ((resource_type, denial.name, operation, self.mode),)
+        action = PASS if self.shadow else outcome.action
         if key == METADATA:
-            action = self._learning(action, enforcer)
-        if self.shadow:
-            return PASS if key != METADATA else self._learning(PASS, enforcer)
-        return action
+            action = self._learning(action)
+        return action, denials
 
     async def refresh(self) -> None:
         """Learn topic IDs from the broker (rate-limited by the ACL state)."""
@@ -106,7 +109,7 @@ class Authorization:
         answer = dict(decode(api.response, version, body, allow_trailing=True))
         return encode(api.response, version, patch(answer))
 
-    def _learning(self, action: Action, enforcer: Enforcer) -> Action:
+    def _learning(self, action: Action) -> Action:
         """Metadata answers teach topic IDs (whatever else is done with them)."""
         learn = self.acls.learn_topics
         inner = action.patch if isinstance(action, Forward) else None

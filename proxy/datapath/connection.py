@@ -61,7 +61,7 @@ from proxy.auth.acl.enforce import Forward as Narrowed
 from proxy.auth.acl.enforce import Refuse
 from proxy.auth.gate import RAW_TOKEN, Gate, PassthroughGate, Refusal
 from proxy.config.settings import ConnectionSettings
-from proxy.datapath.authorize import REFRESH, Authorization, Patch
+from proxy.datapath.authorize import REFRESH, Authorization, Denials, Patch
 from proxy.datapath.errors import ConnectionClosed, UpstreamError, frame_cause, reason_of
 from proxy.datapath.frames import FrameBuffer
 from proxy.datapath.memory import RequestMemory
@@ -406,22 +406,23 @@ class Connection:
         api.request_bytes.inc(len(frame))
         route = self.router.route(header, body, self.context)
         patch: Patch | None = None
+        denials: Denials = ()
         authorization = self.parts.authorization
         if authorization is not None and route is not UNSUPPORTED:
             local = isinstance(route, LocalApi)
-            action = authorization.check(header, body[header.size :], self.context, record.expects_response,
-                                         local=local)
+            action, denials = authorization.check(header, body[header.size :], self.context,
+                                                  record.expects_response, local=local)
             if action is REFRESH:  # topic IDs nobody named yet: ask the broker, once
                 await self._send_upstream(parts)
                 self._deliver()
                 await authorization.refresh()
-                action = authorization.check(header, body[header.size :], self.context, record.expects_response,
-                                             local=local, refreshed=True)
+                action, denials = authorization.check(header, body[header.size :], self.context,
+                                                      record.expects_response, local=local, refreshed=True)
             if isinstance(action, Refuse):
                 raise ConnectionClosed("authorization_failed", action.reason)
             if isinstance(action, Refused):
                 api.requests(header.api_version, "refused").inc()
-                await self._local(Respond(body=action.body), record, api, frame, now, parts)
+                await self._local(Respond(body=action.body), record, api, frame, now, parts, denials)
                 return
             if isinstance(action, Narrowed):
                 patch = action.patch
@@ -431,14 +432,14 @@ class Connection:
                     body = frame[4:]
         if route is FORWARD:
             api.requests(header.api_version, FORWARD).inc()
-            self._forward(record, api, frame, parts, now, patch)
+            self._forward(record, api, frame, parts, now, patch, denials)
             return
         if isinstance(route, LocalApi):
             api.requests(header.api_version, "local").inc()
             answer = self._call(route, header, body)
             if patch is not None:
                 answer = self._patch_local(answer, patch, header)
-            await self._local(answer, record, api, frame, now, parts)
+            await self._local(answer, record, api, frame, now, parts, denials)
             return
         api.requests(header.api_version, "unsupported").inc()
         self._unsupported(record, header, api, frame, now)
@@ -485,11 +486,13 @@ class Connection:
         frame: memoryview,
         now: float,
         parts: list[bytes | memoryview],
+        denials: Denials = (),
     ) -> None:
         """Give a local answer its place; start or hold for an answer-later."""
         api.local.inc()
         self.stats.local += 1
         slot = self._local_slot(record, api, frame, now)
+        slot.denials = denials
         if isinstance(answer, Respond):
             self.responses.fill(slot, self._encode(record, answer), now)
         elif isinstance(answer, Later):
@@ -616,13 +619,14 @@ class Connection:
         parts: list[bytes | memoryview],
         now: float,
         patch: Patch | None = None,
+        denials: Denials = (),
     ) -> None:
         parts.append(frame)
         self.stats.forwarded += 1
         self.stats.forwarded_bytes += len(frame)
         self.tracker.expect(record)
         if record.expects_response:
-            slot = Slot(record, api, now, forwarded_at=now, patch=patch)
+            slot = Slot(record, api, now, forwarded_at=now, patch=patch, denials=denials)
             if self.tap is not None:
                 slot.request = frame
             self.responses.take(slot)
@@ -635,7 +639,7 @@ class Connection:
                 self.silent_produces = deque(maxlen=MAX_SILENT_PRODUCES)
             self.silent_produces.append((record.header.correlation_id, self.upstream_expected))
             if self.tap is not None:  # no response will come: the exchange is complete
-                self._observe(Slot(record, api, now, forwarded_at=now, request=frame), None, now)
+                self._observe(Slot(record, api, now, forwarded_at=now, request=frame, denials=denials), None, now)
 
     async def _send_upstream(self, parts: list[bytes | memoryview]) -> None:
         if not parts:
@@ -888,7 +892,7 @@ class Connection:
             frame = None  # no secret ever reaches an observer (passthrough forwards them)
         self.tap.completed(
             header=record.header, response_header_version=record.response_header_version,
-            principal=self.context.principal, client_software=self.context.client_software,
+            principal=self.context.principal, client_software=self.context.client_software, denials=slot.denials,
             frame=frame, request_size=size,
             received_at=time.time() - elapsed, expects_response=record.expects_response,
             local=slot.local, response=response, elapsed=elapsed,

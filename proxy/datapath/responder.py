@@ -39,6 +39,9 @@ class Slot:
     request: bytes | memoryview | None = None
     #: Applied to the decoded answer before it goes out (ACL enforcement), else ``None``.
     patch: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: What the ACLs refused (or, in shadow mode, would have): ``(resource type, name,
+    #: operation, mode)`` each, for the audit.
+    denials: tuple[tuple[str, str, str, str], ...] = ()
 
 
 class Responses:
