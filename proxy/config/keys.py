@@ -372,6 +372,14 @@ KEYS: tuple[Key, ...] = (
         "What to do with a request whose API key or version neither the sidecar nor the broker "
         "supports: `respond` (KIP-35: a response holding only the correlation id, connection "
         "kept) or `close` (as a Kafka broker does).", _choice("respond", "close"), "respond|close"),
+    Key("sidecar.unparsed.request.policy", "enum", "answer",
+        "What to do with an API key or version the broker advertises but the sidecar cannot parse "
+        "(a newer Kafka's, a vendor's key): `answer` advertises only what the sidecar parses and "
+        "answers the rest as unsupported (KIP-35); `forward` advertises the broker's ranges and "
+        "passes such requests through opaque, paired by their header, counted per key and version "
+        "and audited from the header (never for APIs whose answers name brokers: those stay at "
+        "the versions the sidecar can rewrite); `close` closes a connection that sends one.",
+        _choice("answer", "forward", "close"), "answer|forward|close"),
     Key("sidecar.coordinator", "enum", "passthrough",
         "Who coordinates consumer groups: `passthrough` forwards every group API to the broker; "
         "`embedded` answers them in the sidecar (classic and KIP-848 protocols, offsets in "

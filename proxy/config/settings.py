@@ -29,6 +29,8 @@ class ConnectionSettings:
     response_max_bytes: int = 1073741824
     #: ``sidecar.unsupported.request.policy``: ``respond`` (KIP-35) or ``close``.
     unsupported_policy: str = "respond"
+    #: ``sidecar.unparsed.request.policy``: ``answer``, ``forward`` or ``close``.
+    unparsed_policy: str = "answer"
     #: How long a drained connection reads and discards client bytes after its last
     #: answer and its FIN, so that closing it does not reset answers still in flight.
     drain_linger: float = 0.5
@@ -43,6 +45,7 @@ class ConnectionSettings:
             request_max_bytes=config["socket.request.max.bytes"],
             response_max_bytes=config["sidecar.response.max.bytes"],
             unsupported_policy=config["sidecar.unsupported.request.policy"],
+            unparsed_policy=config["sidecar.unparsed.request.policy"],
         )
 
 

@@ -50,7 +50,7 @@ from proxy.datapath.authorize import Authorization
 from proxy.datapath.connection import Connection, Parts
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import SidecarMetrics
-from proxy.datapath.rewrite import Rewriter
+from proxy.datapath.rewrite import SITES, Rewriter
 from proxy.datapath.routing import Router
 from proxy.local.api import Context
 from proxy.local.broker_metadata import builtin_tags
@@ -332,11 +332,14 @@ class Sidecar:
             self.registry,
             TableSpec(sasl=sasl, scram_credentials=self.ports.users is not None,
                       groups=self.groups is not None, acls=self.acls is not None,
-                      features=self.features is not None),
+                      features=self.features is not None,
+                      forward_unparsed=self.config["sidecar.unparsed.request.policy"] == "forward",
+                      names_brokers=frozenset(SITES)),
         )
         rewriter = Rewriter(OwnAddressFirst(self, self.address_book), listener, self._unmapped)
         router = Router(self.registry, table, self.upstream, rewriter,
-                        lambda api: self.metrics.rewrites.labels(api).inc())
+                        lambda api: self.metrics.rewrites.labels(api).inc(),
+                        unparsed_policy=self.config["sidecar.unparsed.request.policy"])
         hub = self.observers
         registry = self.registry
 

@@ -36,6 +36,7 @@ from protocol.schema import decode, encode
 from proxy.auth.sasl.client import login_client
 from proxy.auth.sasl.errors import SaslError
 from proxy.config import HostPort, SidecarConfig
+from proxy.config.keys import ConfigError
 from proxy.datapath.errors import UpstreamError
 from proxy.local.ports import BrokerAddress, UpstreamInfo
 
@@ -167,6 +168,15 @@ class Upstream:
         finally:
             if not kept:
                 await trio.aclose_forcefully(stream)
+        shadowed = self.registry.broker_metadata_key
+        if shadowed in ranges:
+            lo, hi = ranges[shadowed]
+            message = (f"the broker {self.address} advertises API key {shadowed} (v{lo}-{hi}), which "
+                       f"sidecar.broker.metadata.api.key={shadowed} gives to BrokerMetadata: the sidecar "
+                       "would answer the broker's API itself; choose another key (93-32767)")
+            if self.info is None:
+                raise ConfigError(message)  # at start: refuse to serve
+            log.error("%s (the sidecar keeps answering BrokerMetadata on it)", message)
         node_id = self._own_node_id(brokers)
         self.info = UpstreamInfo(ranges, versions_body, brokers, cluster_id, node_id)
         if not self.healthy:

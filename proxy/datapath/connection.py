@@ -67,7 +67,7 @@ from proxy.datapath.frames import FrameBuffer
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.responder import Responses, Slot
-from proxy.datapath.routing import FORWARD, UNSUPPORTED, Router
+from proxy.datapath.routing import FORWARD, OPAQUE, UNPARSED, UNSUPPORTED, Router
 from proxy.datapath.wire import Wire, wire_for
 from proxy.local.api import Answer, Close, Context, Later, LocalApi, LocalRequest, Respond
 
@@ -408,7 +408,9 @@ class Connection:
         patch: Patch | None = None
         denials: Denials = ()
         authorization = self.parts.authorization
-        if authorization is not None and route is not UNSUPPORTED:
+        if route is OPAQUE or route is UNPARSED:
+            route = self._unparsed(route, header)
+        if authorization is not None and route is not UNSUPPORTED and route is not OPAQUE:
             local = isinstance(route, LocalApi)
             action, denials = authorization.check(header, body[header.size :], self.context,
                                                   record.expects_response, local=local)
@@ -430,8 +432,8 @@ class Connection:
                     head = body[: header.size]
                     frame = memoryview(size_prefix(len(head) + len(action.body)) + bytes(head) + action.body)
                     body = frame[4:]
-        if route is FORWARD:
-            api.requests(header.api_version, FORWARD).inc()
+        if route is FORWARD or route is OPAQUE:
+            api.requests(header.api_version, route).inc()
             self._forward(record, api, frame, parts, now, patch, denials)
             return
         if isinstance(route, LocalApi):
@@ -443,6 +445,26 @@ class Connection:
             return
         api.requests(header.api_version, "unsupported").inc()
         self._unsupported(record, header, api, frame, now)
+
+    def _unparsed(self, route: str, header: RequestHeader) -> str:
+        """A request the broker serves and the sidecar cannot parse (``route`` OPAQUE or
+        UNPARSED, by ``sidecar.unparsed.request.policy``): counted per key and version; closed
+        (UNPARSED); or forwarded as it is (OPAQUE), except where ACLs are enforced and the
+        principal is not a super user: what cannot be read cannot be authorized, so it is
+        answered as unsupported."""
+        authorization = self.parts.authorization
+        if route is OPAQUE and authorization is not None \
+                and self.context.principal not in authorization.acls.authorizer.super_users:
+            route = UNSUPPORTED
+        outcome = {OPAQUE: "forwarded", UNPARSED: "closed"}.get(route, "answered")
+        self.metrics.unparsed.labels(str(header.api_key), str(header.api_version), outcome).inc()
+        if route is UNPARSED:
+            raise ConnectionClosed(
+                "unparsed_request",
+                f"api key {header.api_key} v{header.api_version} is served by the broker but not parsed here "
+                "(sidecar.unparsed.request.policy=close)",
+            )
+        return route
 
     def _unsupported(
         self, record: InFlight, header: RequestHeader, api: ApiMetrics, frame: memoryview, now: float

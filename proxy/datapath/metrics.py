@@ -40,6 +40,10 @@ class SidecarMetrics:
             "ksidecar_requests", "Requests from clients by API, version and outcome "
             "(forwarded, local, unsupported, rejected; refused: answered with an ACL error).",
             ["api", "version", "outcome"], registry=r)
+        self.unparsed = Counter(
+            "ksidecar_unparsed_requests", "Requests the broker serves but the sidecar cannot parse "
+            "(sidecar.unparsed.request.policy), by API key, version and outcome (forwarded, answered, closed).",
+            ["api_key", "api_version", "outcome"], registry=r)
         self.responses = Counter(
             "ksidecar_responses", "Responses sent to clients by API.", ["api"], registry=r)
         self.request_bytes = Counter(

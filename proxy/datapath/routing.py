@@ -16,13 +16,18 @@ from protocol.apis import ApiRegistry
 from protocol.framing import size_prefix
 from protocol.headers import RequestHeader
 from protocol.scan import response_header_size
-from proxy.datapath.rewrite import Rewriter, rewrites_version
+from proxy.datapath.rewrite import SITES, Rewriter, rewrites_version
 from proxy.local.api import Context, LocalApi, LocalApiTable
 from proxy.local.ports import UpstreamView
 
 #: What :meth:`Router.route` returns for forwarded and unsupported requests.
 FORWARD = "forwarded"
 UNSUPPORTED = "unsupported"
+#: A request the broker serves but the sidecar cannot parse, forwarded as it is
+#: (``sidecar.unparsed.request.policy=forward``).
+OPAQUE = "opaque"
+#: The same under ``sidecar.unparsed.request.policy=close``: the connection is closed.
+UNPARSED = "unparsed"
 
 
 class Router:
@@ -35,17 +40,26 @@ class Router:
         upstream: UpstreamView,
         rewriter: Rewriter,
         on_rewrite: Callable[[str], None] = lambda _api: None,
+        *,
+        unparsed_policy: str = "answer",
     ) -> None:
         self.registry = registry
         self.table = table
         self.upstream = upstream
         self.rewriter = rewriter
         self._on_rewrite = on_rewrite
+        #: ``sidecar.unparsed.request.policy``: ``answer``, ``forward`` or ``close``.
+        self.unparsed_policy = unparsed_policy
 
     def route(self, header: RequestHeader, body: memoryview, context: Context) -> LocalApi | str:
-        """The local API that answers this request, or :data:`FORWARD` / :data:`UNSUPPORTED`.
+        """The local API that answers this request, or :data:`FORWARD`, :data:`UNSUPPORTED`,
+        :data:`OPAQUE` or :data:`UNPARSED`.
 
-        ``body`` is the frame after its size (header included).
+        A request the broker advertises but the sidecar cannot parse goes by
+        ``sidecar.unparsed.request.policy``: answered as unsupported (``answer``), forwarded
+        opaque (``forward``; never an API whose answers name brokers: it could not be
+        rewritten), or the connection closed (``close``). ``body`` is the frame after its
+        size (header included).
         """
         key, version = header.api_key, header.api_version
         local = self.table.get(key)
@@ -58,9 +72,15 @@ class Router:
         info = self.upstream.info
         if info is not None:
             span = info.api_versions.get(key)
-            if span is not None and span[0] <= version <= span[1]:
+            if span is None or not span[0] <= version <= span[1]:
+                return UNSUPPORTED
+            known = self.registry.get(key)
+            if known is not None and version in known.versions:
                 return FORWARD
-            return UNSUPPORTED
+            policy = self.unparsed_policy
+            if policy == "forward" and key not in SITES:
+                return OPAQUE
+            return UNPARSED if policy == "close" else UNSUPPORTED
         known = self.registry.get(key)
         return FORWARD if known is not None and version in known.versions else UNSUPPORTED
 

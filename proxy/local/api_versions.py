@@ -32,11 +32,18 @@ def advertised_ranges(
     registry: ApiRegistry,
     upstream: Mapping[int, tuple[int, int]] | None,
     local_keys: Iterable[int] | Mapping[int, tuple[int, int]],
+    *,
+    forward_unparsed: bool = False,
+    names_brokers: frozenset[int] = frozenset(),
 ) -> list[tuple[int, int, int]]:
     """``[(key, min, max)]``: upstream ∩ parseable, plus the locally answered keys.
 
-    Without upstream knowledge (control connection not yet up) every parseable API is
-    offered; a request the broker then refuses is answered as unsupported.
+    With ``forward_unparsed`` (``sidecar.unparsed.request.policy=forward``) the broker's
+    whole range of an API is offered, and keys the sidecar does not know at all, except for
+    the APIs in ``names_brokers`` (their answers name brokers: they stay at the versions the
+    sidecar can rewrite, or clients would learn the brokers' own addresses). Without upstream knowledge (control connection
+    not yet up) every parseable API is offered; a request the broker then refuses is
+    answered as unsupported.
     """
     result: dict[int, tuple[int, int]] = {}
     # A mapping gives each local API's served range; a plain set of keys serves all we parse.
@@ -53,9 +60,16 @@ def advertised_ranges(
             continue
         if api.key not in upstream:
             continue
+        if forward_unparsed and api.key not in names_brokers:
+            result[api.key] = upstream[api.key]
+            continue
         lo, hi = max(ours_lo, upstream[api.key][0]), min(ours_hi, upstream[api.key][1])
         if lo <= hi:
             result[api.key] = (lo, hi)
+    if forward_unparsed and upstream is not None:
+        for key, span in upstream.items():
+            if registry.get(key) is None and key not in local:
+                result[key] = span
     return [(key, lo, hi) for key, (lo, hi) in sorted(result.items())]
 
 
@@ -102,9 +116,12 @@ class ApiVersionsApi:
     upstream's ``info``, replaced whole on each refresh): built once, reused (bounded).
     """
 
-    def __init__(self, registry: ApiRegistry, served: Callable[[], Mapping[int, tuple[int, int]]]) -> None:
+    def __init__(self, registry: ApiRegistry, served: Callable[[], Mapping[int, tuple[int, int]]], *,
+                 forward_unparsed: bool = False, names_brokers: frozenset[int] = frozenset()) -> None:
         self.registry = registry
         self._served = served
+        self.forward_unparsed = forward_unparsed
+        self.names_brokers = names_brokers
         self._info: object = None
         self._features: object = None
         self._answers: dict[tuple[int, bytes], tuple[int, bytes]] = {}
@@ -127,7 +144,8 @@ class ApiVersionsApi:
         key = (request.version, request.raw)
         answer = self._answers.get(key)
         if answer is None:
-            ranges = advertised_ranges(self.registry, info.api_versions if info else None, self._served())
+            ranges = advertised_ranges(self.registry, info.api_versions if info else None, self._served(),
+                                       forward_unparsed=self.forward_unparsed, names_brokers=self.names_brokers)
             features: Mapping[str, Any] | None = info.api_versions_body if info is not None else None
             if snapshot is not None:
                 hidden = snapshot.disabled_keys()  # gated off below their feature level

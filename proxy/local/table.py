@@ -29,12 +29,18 @@ class TableSpec:
     acls: bool = False
     #: UpdateFeatures for the sidecar's KIP-584 features (with ZooKeeper).
     features: bool = False
+    #: ``sidecar.unparsed.request.policy=forward``: ApiVersions advertises the broker's
+    #: ranges of what the sidecar cannot parse (:func:`~proxy.local.api_versions.advertised_ranges`).
+    forward_unparsed: bool = False
+    #: API keys whose answers name brokers (never advertised beyond what the sidecar rewrites).
+    names_brokers: frozenset[int] = frozenset()
 
 
 def build_table(registry: ApiRegistry, spec: TableSpec) -> LocalApiTable:
     """The listener's table: ApiVersions, BrokerMetadata, per-IP quotas, then what ``spec`` adds."""
     served: list[LocalApi] = []
-    versions = ApiVersionsApi(registry, lambda: table.served())
+    versions = ApiVersionsApi(registry, lambda: table.served(), forward_unparsed=spec.forward_unparsed,
+                              names_brokers=spec.names_brokers)
     served.append(versions.entry())
     served.append(broker_metadata.entry(registry))
     served.extend(client_quotas.entries(registry))

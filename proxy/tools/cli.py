@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ksidecar: configuration error: {exc}", file=sys.stderr)
         return 2
-    except BaseExceptionGroup as group:  # the finalized features exclude this release (KIP-584)
-        incompatible, rest = group.split(IncompatibleFeatures)
+    except BaseExceptionGroup as group:  # the finalized features exclude this release (KIP-584),
+        # or what the broker said makes the configuration unusable (a shadowed API key)
+        incompatible, rest = group.split((IncompatibleFeatures, ConfigError))
         if incompatible is None or rest is not None:
             raise
         first: BaseException = incompatible
