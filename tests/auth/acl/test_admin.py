@@ -218,6 +218,25 @@ async def describe_via(sidecar: Sidecar) -> list[tuple[str, str]]:
     return await trio.to_thread.run_sync(call)
 
 
+def enforced(sidecar: Sidecar, principal: str, group: str) -> bool:
+    """Whether the sidecar's data path lets ``principal`` join ``group`` (a JoinGroup v5 as
+    the connection's ACL check sees it: allowed, or answered GROUP_AUTHORIZATION_FAILED)."""
+    from protocol.headers import RequestHeader
+    from protocol.schema import encode
+    from proxy.auth.acl.enforce import PASS, Answer
+    from proxy.local.api import Context
+
+    assert sidecar.authorization is not None
+    body = encode(sidecar.registry.api(11).request, 5, {
+        "GroupId": group, "SessionTimeoutMs": 10000, "RebalanceTimeoutMs": 10000, "MemberId": "",
+        "GroupInstanceId": None, "ProtocolType": "consumer", "Protocols": []})
+    header = RequestHeader(11, 5, 1, "t", 1, 0)
+    context = Context(listener="SASL_PLAINTEXT", peer=("10.1.2.3", 5555), ports=sidecar.ports, principal=principal)
+    action, _denials = sidecar.authorization.check(header, memoryview(body), context, True)
+    assert action is PASS or (isinstance(action, Answer) and action.body["ErrorCode"] == 30), action
+    return action is PASS
+
+
 def as_broker(keys: dict[str, str], broker_id: int) -> dict[str, str]:
     """Two sidecars on one ZooKeeper register under their own ids."""
     return {**keys, "broker.id": str(broker_id), "sidecar.address.mapping": "offset"}
@@ -243,10 +262,13 @@ async def test_acls_through_one_sidecar_hold_on_another_within_a_second_and_afte
                 while not seen:
                     seen = await describe_via(two)
             assert seen == [("billing", "User:carol")]
+            # ... and enforced there: the data path of the other sidecar decides with it.
+            assert enforced(two, "User:carol", "billing") and not enforced(two, "User:dave", "billing")
             first_life.cancel_scope.cancel()  # both stop (their ZooKeeper sessions close)
         async with trio.open_nursery() as second_life:
             three = await second_life.start(Sidecar(build_config(as_broker(keys, 2001))).serve)
             four = await second_life.start(Sidecar(build_config(as_broker(keys, 2002))).serve)
             assert await describe_via(three) == [("billing", "User:carol")]
             assert await describe_via(four) == [("billing", "User:carol")]
+            assert enforced(three, "User:carol", "billing") and enforced(four, "User:carol", "billing")
             second_life.cancel_scope.cancel()
