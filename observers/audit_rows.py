@@ -26,8 +26,12 @@ What each row says (:meth:`AuditRecorder.record`):
   partition columns null and the top-level error (for responses without one, the first
   non-zero error of a top-level array's entries, else 0).
 
+* Denials (version 3): what the sidecar's ACLs refused of the request, or would have in
+  shadow mode (:attr:`~observers.exchange.Exchange.denials`), as the ``denials`` list of the
+  request's ``first_row``; null on its other rows, and when nothing was refused.
+
 Which schema version the rows have is the recorder's :attr:`AuditRecorder.version` (2 or
-3: version 3 adds the client software columns). The audits set it from the finalized
+3: version 3 adds the client software columns and ``denials``). The audits set it from the finalized
 level of the sidecar feature ``ksidecar.audit.format`` (:func:`format_version`), checked
 on their first exchange and on every tick; a change rolls every open file, so rows of
 the new version start new files (:meth:`AuditRecorder.use_version`).
@@ -39,8 +43,10 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from observers.audit_schema import (
+    DENIAL_FIELDS,
     FETCH_KEY,
     FORMAT_FEATURE,
     METADATA_KEY,
@@ -127,6 +133,8 @@ class AuditFacts:
     picked: Picked | None = None
     #: ``(ClientSoftwareName, ClientSoftwareVersion)`` of the connection (KIP-511), if sent.
     client_software: tuple[str, str] | None = None
+    #: What the ACLs refused (or would have): ``(resource type, name, operation, mode)`` each.
+    denials: tuple[tuple[str, str, str, str], ...] = ()
 
 
 def facts_of(
@@ -172,7 +180,7 @@ def facts_of(
         response_size=len(response) if response is not None else None, elapsed=x.elapsed,
         upstream_elapsed=x.upstream_elapsed, local=x.local,
         expects_response=x.expects_response, max_wait_ms=max_wait, request=request,
-        body=body, picked=picked, client_software=x.client_software,
+        body=body, picked=picked, client_software=x.client_software, denials=x.denials,
     )
 
 
@@ -321,13 +329,17 @@ class AuditRecorder:
             f.request_size, f.response_size, _micros(f.elapsed) if sent else None,
             _micros(f.upstream_elapsed) if sent and not f.local else None, f.local, acks,
         )
-        # Version 3's columns close every row (the columns of a version are a prefix of the next's).
-        end: tuple[str | None, ...] = ()
+        # Version 3's columns close every row (the columns of a version are a prefix of the
+        # next's): the client software on each, the denials on the first row only.
+        end: tuple[Any, ...] = ()
+        first_end: tuple[Any, ...] = ()
         if self.version >= 3:
-            end = f.client_software if f.client_software is not None else (None, None)
+            software = f.client_software if f.client_software is not None else (None, None)
+            end = (*software, None)
+            first_end = (*software, denial_list(f.denials)) if f.denials else end
         sink = self.sink
         if not parts:
-            sink.append((*head, True, error, *tail, None, None, None, None, None, f.max_wait_ms, *end))
+            sink.append((*head, True, error, *tail, None, None, None, None, None, f.max_wait_ms, *first_end))
             if inventory:
                 fresh = self.inventory.fresh(received_us // _HOUR_US, inventory)
                 sink.add([(*head, False, 0, *tail, topic, None, None, None, count, None, *end)
@@ -335,7 +347,8 @@ class AuditRecorder:
             return
         wait = f.max_wait_ms
         sink.add([
-            (*head, i == 0, p.error_code, *tail, p.topic, p.partition, p.bytes, p.records, None, wait, *end)
+            (*head, i == 0, p.error_code, *tail, p.topic, p.partition, p.bytes, p.records, None, wait,
+             *(first_end if i == 0 else end))
             for i, p in enumerate(parts)
         ])
 
@@ -369,6 +382,11 @@ class AuditRecorder:
     def close(self) -> None:
         """Flush everything into visible files."""
         self.sink.close()
+
+
+def denial_list(denials: tuple[tuple[str, str, str, str], ...]) -> list[dict[str, str]]:
+    """The ``denials`` column's value (version 3) for an exchange's denials."""
+    return [dict(zip(DENIAL_FIELDS, d, strict=True)) for d in denials]
 
 
 def _micros(seconds: float | None) -> int | None:

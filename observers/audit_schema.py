@@ -25,8 +25,11 @@ Versions:
    full schema and Parquet fills the columns a file lacks with nulls.
 3. Adds ``client_software_name`` and ``client_software_version``: what the client said it
    is in its connection's ApiVersions v3+ request (KIP-511), null when it sent none (older
-   clients, or requests before its ApiVersions). Version 1 and 2 files read as version 3
-   with both columns null.
+   clients, or requests before its ApiVersions), and ``denials``: what the sidecar's ACLs
+   refused of the request (``sidecar.authorizer=acls``), or would have refused in shadow
+   mode, as a list of {``resource_type``, ``resource_name``, ``operation``, ``mode``} on
+   the request's ``first_row``; null on every other row and when nothing was refused.
+   Version 1 and 2 files read as version 3 with these columns null.
 
 Which version a sidecar writes is the fleet's decision, not the release's: the sidecar
 feature ``ksidecar.audit.format`` (KIP-584, docs/features.md) at level 0 writes version 2,
@@ -58,6 +61,12 @@ PARTITION_COLUMNS = ("dt", "hour")
 #: The principal recorded for connections that did not authenticate.
 ANONYMOUS = "User:ANONYMOUS"
 
+#: The fields of one element of ``denials`` (version 3), in order: Kafka's names for the
+#: resource type (``Topic``, ``Group``, ``Cluster``, ``TransactionalId``, ...) and the
+#: operation (``Read``, ``Write``, ``Describe``, ...), the resource's name, and ``enforce``
+#: (refused) or ``shadow`` (would have been).
+DENIAL_FIELDS = ("resource_type", "resource_name", "operation", "mode")
+
 _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     # name, type, nullable, meaning (the version that added a column: _ADDED)
     ("time", pa.timestamp("us", tz="UTC"), False, "when the sidecar received the request"),
@@ -88,11 +97,14 @@ _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     ("max_wait_ms", pa.int32(), True, "a Fetch request's MaxWaitMs: how long the broker may hold it by design (a long poll); null for other APIs (v2)"),
     ("client_software_name", pa.string(), True, "ClientSoftwareName of the connection's ApiVersions v3+ request, e.g. confluent-kafka-python; null when the client sent none (v3)"),
     ("client_software_version", pa.string(), True, "ClientSoftwareVersion of that request, e.g. 2.6.0-rdkafka-2.6.0; null likewise (v3)"),
+    ("denials", pa.list_(pa.struct([pa.field(n, pa.string(), nullable=False) for n in DENIAL_FIELDS])), True,
+     "on the first_row: each resource the sidecar's ACLs refused of the request (mode enforce) or would have (mode shadow), "
+     "e.g. {Topic, orders-eu, Write, shadow}; null when nothing was, on other rows, and without sidecar.authorizer=acls (v3)"),
 ]
 
 #: The first version of each column added after version 1 (the others are in every version).
 _ADDED = {"topic_partitions": 2, "max_wait_ms": 2, "client_software_name": 3,
-          "client_software_version": 3}
+          "client_software_version": 3, "denials": 3}
 
 #: The Arrow schema of every audit file (partition columns excluded).
 AUDIT_SCHEMA = pa.schema(

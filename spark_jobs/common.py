@@ -77,6 +77,11 @@ _ARROW_TO_SPARK: dict[pa.DataType, T.DataType] = {
 def _spark_type(dtype: pa.DataType) -> T.DataType:
     if pa.types.is_timestamp(dtype):
         return T.TimestampType()
+    if pa.types.is_list(dtype):  # denials (version 3): a list of structs
+        return T.ArrayType(_spark_type(dtype.value_type), containsNull=dtype.value_field.nullable)
+    if pa.types.is_struct(dtype):
+        return T.StructType([T.StructField(f.name, _spark_type(f.type), nullable=f.nullable)
+                             for f in dtype])
     try:
         return _ARROW_TO_SPARK[dtype]
     except KeyError:

@@ -157,6 +157,7 @@ def hour_table(
         "max_wait_ms": _nullable(np.full(total, _MAX_WAIT_MS), ~per_row(fetch), pa.int32()),
         "client_software_name": pa.nulls(total, pa.string()),
         "client_software_version": pa.nulls(total, pa.string()),
+        "denials": pa.nulls(total, AUDIT_SCHEMA.field("denials").type),
     }
     traffic = pa.Table.from_arrays(list(columns.values()), schema=AUDIT_SCHEMA)
     return pa.concat_tables([traffic, inventory_table(start, shape, first_request_id + n)])

@@ -51,10 +51,12 @@ def request(
     max_wait_ms: int | None = None,
     inventory: dict[str, int] | None = None,
     software: tuple[str, str] | None = None,
+    denials: list[tuple[str, str, str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """The audit rows of one request (see the module docstring); ``inventory`` (topic →
     partitions) adds a Metadata request's inventory rows; ``software`` is the client's
-    (name, version) from its ApiVersions (audit schema v3)."""
+    (name, version) from its ApiVersions (audit schema v3); ``denials`` the
+    ``(resource type, name, operation, mode)`` its ACLs refused (v3, on the first row)."""
     request_id = next(_ids)
     base: dict[str, Any] = {
         "time": at(time), "sidecar_broker_id": sidecar, "listener": "PLAINTEXT",
@@ -69,16 +71,20 @@ def request(
         "topic_partitions": None, "max_wait_ms": max_wait_ms,
         "client_software_name": software[0] if software else None,
         "client_software_version": software[1] if software else None,
+        "denials": [dict(zip(("resource_type", "resource_name", "operation", "mode"), d, strict=True))
+                    for d in denials] if denials else None,
     }
     if inventory:
         return [base] + [
-            {**base, "first_row": False, "topic": t, "topic_partitions": n, "max_wait_ms": None}
+            {**base, "first_row": False, "topic": t, "topic_partitions": n, "max_wait_ms": None,
+         "denials": None}
             for t, n in inventory.items()
         ]
     if not parts:
         return [base]
     return [
-        {**base, "first_row": i == 0, "topic": t, "partition": p, "bytes": b, "records": r}
+        {**base, "first_row": i == 0, "topic": t, "partition": p, "bytes": b, "records": r,
+         "denials": base["denials"] if i == 0 else None}
         for i, (t, p, b, r) in enumerate(parts)
     ]
 

@@ -25,6 +25,7 @@ ROW: dict[str, Any] = {
     "upstream_latency_us": 800, "local": False, "acks": None, "topic": "orders", "partition": 0,
     "bytes": 400, "records": 4, "topic_partitions": None, "max_wait_ms": 500,
     "client_software_name": "confluent-kafka-python", "client_software_version": "2.16.1-rdkafka-2.16.0",
+    "denials": [{"resource_type": "Topic", "resource_name": "orders", "operation": "Read", "mode": "shadow"}],
 }
 
 
@@ -50,6 +51,10 @@ def test_versions_1_to_3_read_together_with_nulls_for_what_a_file_lacks(spark: S
     software = {i: (rows[i]["client_software_name"], rows[i]["client_software_version"]) for i in rows}
     assert wait == {1: None, 2: 500, 3: 500}
     assert software == {1: (None, None), 2: (None, None), 3: ("confluent-kafka-python", "2.16.1-rdkafka-2.16.0")}
+    denials = {i: [d.asDict() for d in rows[i]["denials"] or []] for i in rows}
+    assert denials == {1: [], 2: [], 3: [{"resource_type": "Topic", "resource_name": "orders",
+                                          "operation": "Read", "mode": "shadow"}]}
+    assert rows[1]["denials"] is None and rows[2]["denials"] is None
     assert {rows[i]["records"] for i in rows} == {4}  # the columns every version has
 
 
