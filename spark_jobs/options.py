@@ -101,6 +101,29 @@ def add_upgrade_readiness(p: argparse.ArgumentParser) -> None:
                    help="list clients whose software NAME is older than VERSION (repeatable)")
 
 
+def positive(text: str) -> int:
+    """A whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
+def add_least_privilege(p: argparse.ArgumentParser) -> None:
+    """``least_privilege``: ``--prefix-min``, ``--enforced``, ``--auto-create``."""
+    p.add_argument("--prefix-min", type=positive, metavar="N",
+                   help="collapse names sharing a prefix ending in '-' or '.' into one PREFIXED "
+                   "ACL when at least N do (default: literal ACLs only)")
+    p.add_argument("--enforced", action="store_true",
+                   help="also propose what enforce mode refused (default: shadow-mode denials "
+                   "and served traffic only)")
+    p.add_argument("--auto-create", action="store_true",
+                   help="also propose Create for Metadata's topic auto-creation")
+
+
 def add_report(p: argparse.ArgumentParser) -> None:
     """Every job's options at once, for the report that runs them all (``--mirror`` optional)."""
     add_common(p)
@@ -108,6 +131,7 @@ def add_report(p: argparse.ArgumentParser) -> None:
     add_latency_slo(p)
     add_completeness(p, mirror_required=False)
     add_upgrade_readiness(p)
+    add_least_privilege(p)
 
 
 def job_parser(description: str, add: AddArguments) -> argparse.ArgumentParser:

@@ -18,8 +18,9 @@ from spark_jobs.common import spark_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-PRODUCE, FETCH, METADATA, JOIN_GROUP, HEARTBEAT, SYNC_GROUP = 0, 1, 3, 11, 12, 14
-NAMES = {PRODUCE: "Produce", FETCH: "Fetch", METADATA: "Metadata", JOIN_GROUP: "JoinGroup",
+PRODUCE, FETCH, METADATA, OFFSET_COMMIT, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, SYNC_GROUP = 0, 1, 3, 8, 10, 11, 12, 14
+NAMES = {PRODUCE: "Produce", FETCH: "Fetch", METADATA: "Metadata", OFFSET_COMMIT: "OffsetCommit",
+         FIND_COORDINATOR: "FindCoordinator", JOIN_GROUP: "JoinGroup",
          HEARTBEAT: "Heartbeat", SYNC_GROUP: "SyncGroup"}
 
 _ids = count(1)
