@@ -101,9 +101,9 @@ def sasl_sidecar(
     return start
 
 
-async def new_topic(tansu: TansuServer) -> str:
-    """A fresh one-partition topic, created on the broker directly."""
-    name = f"auth-{uuid.uuid4().hex[:10]}"
+async def new_topic(tansu: TansuServer, prefix: str = "auth-") -> str:
+    """A fresh one-partition topic named ``<prefix><random>``, created on the broker directly."""
+    name = f"{prefix}{uuid.uuid4().hex[:10]}"
     wire = await Wire.connect(tansu.host, tansu.port)
     try:
         with trio.fail_after(10):

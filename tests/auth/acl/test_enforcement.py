@@ -11,7 +11,6 @@ Shadow mode refuses nothing and counts what it would have refused.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import pytest
@@ -27,9 +26,9 @@ from proxy.auth.acl.model import (
     ResourceType,
 )
 from proxy.tools.rig.tansu import TansuServer
-from tests.auth.conftest import USERS, SaslRig, StartSasl
+from tests.auth.conftest import USERS, SaslRig, StartSasl, new_topic
 from tests.auth.test_clients import confluent_config, python_client_config
-from tests.proxy.wire import Wire, create_topic, sample
+from tests.proxy.wire import sample
 
 pytestmark = pytest.mark.integration
 
@@ -54,14 +53,7 @@ ALICE_ACLS = [
 
 
 async def orders_topic(tansu: TansuServer) -> str:
-    name = f"orders-{uuid.uuid4().hex[:8]}"
-    wire = await Wire.connect(tansu.host, tansu.port)
-    try:
-        with trio.fail_after(10):
-            await create_topic(wire, name)
-    finally:
-        await wire.aclose()
-    return name
+    return await new_topic(tansu, "orders-")
 
 
 # -- the three clients, as one user: produce, then consume in the group with a commit ---------
