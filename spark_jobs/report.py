@@ -18,7 +18,7 @@ import argparse
 import html
 import importlib
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JOBS = ("traffic", "unused_topics", "cost_attribution", "latency_slo", "completeness",
-        "upgrade_readiness")
+        "upgrade_readiness", "least_privilege")
 
 CHARTS = (
     "traffic_hourly", "top_topics", "requests_by_api", "cost_by_principal",
@@ -43,7 +43,8 @@ CHARTS = (
 """The charts a full report holds (``completeness`` only when a mirror was compared)."""
 
 TABLES = ("traffic-topics", "traffic-api", "cost", "latency", "long-polls", "unused",
-          "inventory", "completeness", "readiness-breaking", "readiness-old", "readiness-clients")
+          "inventory", "completeness", "readiness-breaking", "readiness-old", "readiness-clients",
+          "denied", "proposed-acls")
 """The ids of the tables (or their "nothing to show" notes) a full report holds."""
 
 TOP = 15
@@ -223,6 +224,7 @@ def render(out: Path, *, title: str = "", export: bool = True) -> Path:
         _unused(p, data),
         _completeness(p, data),
         _readiness(p, data, still),
+        _denied(p, data),
     ]
     if export and still:
         (out / EXPORT).write_bytes(vlc.vegalite_to_png(
@@ -501,6 +503,15 @@ def software_label(name: str | None, version: str | None) -> str:
     return name if version is None else f"{name} {version}"
 
 
+def matrix_label(row: Mapping[str, Any]) -> str:
+    """A row of the readiness matrix: its software, or for unknown software the client.id
+    that keeps it apart (``unknown software (legacy-app)``)."""
+    label = software_label(row["software_name"], row["software_version"])
+    if row["software_name"] is None and row.get("client_id") is not None:
+        return f"{label} ({row['client_id']})"
+    return label
+
+
 def versions_label(versions: Sequence[int]) -> str:
     """``[0, 1, 2, 5]`` → ``0–2, 5``."""
     spans: list[str] = []
@@ -570,7 +581,7 @@ def _readiness(p: page.Page, data: Path, still: list[charts.Spec]) -> str:
     cells: dict[tuple[str, str, int], dict[str, Any]] = {}
     per_software: dict[str, int] = {}
     for r in matrix.to_pylist():
-        software = software_label(r["software_name"], r["software_version"])
+        software = matrix_label(r)
         api = f"{r['api_name']} ({r['api_key']})"
         cell = cells.setdefault((software, api, r["api_key"]),
                                 {"versions": [], "refused": [], "requests": 0})
@@ -625,6 +636,66 @@ def _readiness(p: page.Page, data: Path, still: list[charts.Spec]) -> str:
                                          "first seen", "last seen", "requests",
                                          "requests the target refuses"],
                    client_rows, empty="No clients in the audit read."),
+    )
+
+
+def _denied(p: page.Page, data: Path) -> str:
+    """Denied requests (what the sidecar's ACLs refused, or would have in shadow mode) and
+    the least-privilege ACLs proposed from the traffic seen (spark_jobs.least_privilege)."""
+    denied = _read(data, "least_privilege", "denied")
+    acls = _read(data, "least_privilege", "acls")
+    title = "Denied requests and least-privilege ACLs"
+    if denied is None or acls is None:
+        return page.section("denied-requests", title, '<p class="empty">No output.</p>')
+    modes = {"enforce": 0, "shadow": 0}
+    for r in denied.to_pylist():
+        modes[r["mode"]] = modes.get(r["mode"], 0) + r["requests"]
+    p.summary.append(("denials (refused / shadow)", f"{modes['enforce']:,} / {modes['shadow']:,}"))
+    p.principals.update(_col(denied, "principal"))
+    p.principals.update(_col(acls, "principal"))
+
+    def topic(rtype: str, name: str) -> str | None:
+        return name if rtype == "Topic" else None
+
+    denied_rows = [
+        page.Row(principal=r["principal"], topic=topic(r["resource_type"], r["resource_name"]), cells=[
+            _text(r["principal"]), f"{r['resource_type']} {r['resource_name']}", _text(r["operation"]),
+            "refused" if r["mode"] == "enforce" else "shadow (served)", ", ".join(r["apis"] or []),
+            _num(_int(r["requests"]), r["requests"]), _when(r["first_seen"]), _when(r["last_seen"])])
+        for r in denied.to_pylist()
+    ]
+    acl_rows = [
+        page.Row(principal=r["principal"], topic=topic(r["resource_type"], r["name"]), cells=[
+            _text(r["principal"]), _text(r["resource_type"]), r["pattern_type"].lower(), _text(r["name"]),
+            _text(r["operation"]), _num(_int(len(r["names"] or [])), len(r["names"] or [])),
+            _num(_int(r["requests"]), r["requests"]), _text(r["ksidecar_command"])])
+        for r in acls.to_pylist()
+    ]
+    if denied.num_rows == 0:
+        verdict = ("Nothing was denied: no request in the audit read was refused by the sidecar's "
+                   "ACLs, or would have been in shadow mode (or the audit has no denials: "
+                   "sidecar.authorizer=acls and audit schema version 3 record them).")
+    else:
+        verdict = (f"{modes['enforce']:,} denial(s) refused and {modes['shadow']:,} that shadow "
+                   "mode would have refused, over "
+                   f"{len(set(_col(denied, 'principal'))):,} principal(s).")
+    return page.section(
+        "denied-requests", title,
+        '<p class="note">Each row is a principal, a resource and an operation the ACLs refused '
+        "(enforce mode) or would have refused (shadow mode: the request was served). Requests "
+        "count the requests that needed it; a request refused on several resources counts on "
+        "each.</p>",
+        f'<p id="denied-verdict">{html.escape(verdict)}</p>',
+        page.table("denied", ["principal", "resource", "operation", "mode", "APIs", "requests",
+                              "first seen", "last seen"], denied_rows,
+                   empty="No request was denied, in enforce or shadow mode."),
+        "<h3>Proposed least-privilege ACLs</h3>",
+        '<p class="note">The smallest ALLOW set per principal for the traffic seen: shadow-mode '
+        "denials and served Produce and Fetch (docs/spark_jobs.md, least_privilege); "
+        "<code>data/least_privilege/acls.sh</code> and <code>kafka-acls.sh</code> add them.</p>",
+        page.table("proposed-acls", ["principal", "resource type", "pattern", "name", "operation",
+                                     "names seen", "requests", "command"], acl_rows,
+                   empty="No ACL to propose: the audit read has no principal traffic or shadow-mode denials."),
     )
 
 

@@ -230,3 +230,45 @@ def test_prefix_min_must_be_positive() -> None:
     parser = least_privilege.options.job_parser("", least_privilege.options.add_least_privilege)
     with pytest.raises(SystemExit):
         parser.parse_args(["--audit", "a", "--out", "o", "--prefix-min", "0"])
+
+
+def test_the_report_section_lists_denials_and_proposals(spark: SparkSession, tmp_path: Path) -> None:
+    from spark_jobs import report
+    from tests.spark_jobs.report_check import parse, summary
+
+    out = tmp_path / "out"
+    df = workload(spark)
+    least_privilege.load(spark, least_privilege.transform_denied(df),
+                         least_privilege.transform_acls(spark, least_privilege.transform_needed(df), None),
+                         str(out / "data" / "least_privilege"))
+    page = parse(report.render(out, export=False))
+    denied = page.tables["denied"]
+    assert denied[0] == ["principal", "resource", "operation", "mode", "APIs", "requests", "first seen", "last seen"]
+    assert ["User:carol", "Topic payments", "Write", "refused", "Produce", "1", "2026-03-01 12:00",
+            "2026-03-01 12:00"] in denied
+    assert ["User:bob", "Group billing", "Read", "shadow (served)", "JoinGroup, OffsetCommit", "2",
+            "2026-03-01 10:03", "2026-03-01 10:06"] in denied
+    assert len(denied) == 1 + 7
+    proposed = page.tables["proposed-acls"]
+    assert [r[:5] for r in proposed[1:]] == [
+        [ALICE, "Topic", "literal", "orders-asia", "Read"], [ALICE, "Topic", "literal", "orders-us", "Read"],
+        [ALICE, "Topic", "literal", "orders-us", "Write"], [BOB, "Group", "literal", "billing", "Read"],
+        [BOB, "Topic", "literal", "orders-eu", "Read"], [BOB, "Topic", "literal", "orders-eu", "Write"],
+    ]
+    assert proposed[-1][-1] == ('ksidecar acls --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:bob '
+                                "--operation Write --topic orders-eu")
+    assert summary(page, "denials (refused / shadow)") == "1 / 9"  # 1+1+2+1+2+2 shadow
+
+
+def test_the_report_says_when_nothing_was_denied(spark: SparkSession, tmp_path: Path) -> None:
+    from spark_jobs import report
+    from tests.spark_jobs.report_check import parse
+
+    out = tmp_path / "out"
+    df = frame(spark, request(METADATA, "2026-03-01 10:00", principal=BOB))
+    least_privilege.load(spark, least_privilege.transform_denied(df),
+                         least_privilege.transform_acls(spark, least_privilege.transform_needed(df), None),
+                         str(out / "data" / "least_privilege"))
+    page = parse(report.render(out, export=False))
+    assert {"denied", "proposed-acls"} <= page.empty
+    assert any(t.startswith("Nothing was denied") for t in page.text)
