@@ -33,8 +33,10 @@ older than ``2.1``, ``2.6.0-rdkafka-2.6.0`` is ``2.6.0``): the client's columns,
 ``minimum``, ``first_seen``, ``last_seen``, ``requests``. Unknown software is never older.
 
 ``matrix`` — API keys and versions seen per client software: ``software_name``,
-``software_version``, ``api_key``, ``api_name``, ``api_version``, ``requests``,
-``clients`` (distinct clients), ``supported`` (by the target).
+``software_version``, ``client_id`` (only for unknown software, which it splits: two
+libraries that both sent no name stay apart; null otherwise), ``api_key``, ``api_name``,
+``api_version``, ``requests``, ``clients`` (distinct clients), ``supported`` (by the
+target).
 
 ``target`` — the target itself: ``target``, ``source``, ``api_key``, ``api_name``,
 ``min_version``, ``max_version``.
@@ -56,7 +58,6 @@ from spark_jobs import common, kafka_releases, options
 SOFTWARE_COLUMNS = ("client_software_name", "client_software_version")
 #: What tells one client from another in the outputs.
 CLIENT = ("software_name", "software_version", "client_id", "principal", "client_host")
-MATRIX = ("software_name", "software_version", "api_key", "api_name", "api_version")
 TARGET_SCHEMA = ("target string, source string, api_key smallint, api_name string, "
                  "min_version smallint, max_version smallint")
 
@@ -135,10 +136,15 @@ def transform_breaking(reqs: DataFrame) -> DataFrame:
 
 
 def transform_matrix(reqs: DataFrame) -> DataFrame:
-    """API keys and versions seen per client software, with the requests and clients."""
+    """API keys and versions seen per client software (unknown software per client.id),
+    with the requests and clients."""
     client = F.concat_ws("\u0000", F.coalesce("client_id", F.lit("\u0001")), "principal",
                          "client_host")
-    return reqs.groupBy(*MATRIX).agg(
+    unknown_id = F.when(F.col("software_name").isNull(), F.col("client_id"))
+    return reqs.withColumn("matrix_client_id", unknown_id).groupBy(
+        "software_name", "software_version", F.col("matrix_client_id").alias("client_id"),
+        "api_key", "api_name", "api_version",
+    ).agg(
         F.count(F.lit(1)).alias("requests"),
         F.countDistinct(client).alias("clients"),
         F.first("supported").alias("supported"),
@@ -202,7 +208,7 @@ def load(tables: dict[str, DataFrame], out: str) -> None:
                     "client_host"],
         "breaking": [*known, "client_id", "principal", "client_host", "api_key"],
         "old_software": [*known, "client_id", "principal", "client_host"],
-        "matrix": [*known, "api_key", "api_version"],
+        "matrix": [*known, "client_id", "api_key", "api_version"],
         "target": ["api_key"],
     }
     for name, df in tables.items():

@@ -91,7 +91,7 @@ def render(tables: Path) -> str:
     """The job's tables under ``tables`` as text for the terminal."""
     import pyarrow.parquet as pq
 
-    from spark_jobs.report import served_label, software_label, versions_label
+    from spark_jobs.report import matrix_label, served_label, software_label, versions_label
 
     def read(name: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = pq.read_table(tables / name).to_pylist()
@@ -135,8 +135,7 @@ def render(tables: Path) -> str:
               str(r["requests"])] for r in old]))
     per_cell: dict[tuple[str, str, int], tuple[list[int], list[int], int]] = {}
     for r in matrix:
-        key = (software_label(r["software_name"], r["software_version"]),
-               f"{r['api_name']} ({r['api_key']})", r["api_key"])
+        key = (matrix_label(r), f"{r['api_name']} ({r['api_key']})", r["api_key"])
         seen, refused, requests = per_cell.get(key, ([], [], 0))
         per_cell[key] = ([*seen, r["api_version"]],
                          refused + ([] if r["supported"] else [r["api_version"]]),

@@ -246,18 +246,20 @@ def test_clients_that_would_break_on_4_0(spark: SparkSession, audit: Path, tmp_p
          "first_seen": at("2026-03-01 10:20"), "last_seen": at("2026-03-01 11:01"), "requests": 3},
     ]
 
-    matrix = {(m["software_name"], m["api_name"], m["api_version"]):
+    # Unknown software is split by client.id; known software is not.
+    matrix = {(m["software_name"], m["client_id"], m["api_name"], m["api_version"]):
               (m["requests"], m["clients"], m["supported"]) for m in out["matrix"]}
     assert matrix == {
-        (None, "Produce", 2): (2, 1, False), (None, "Produce", 3): (1, 1, True),
-        (None, "JoinGroup", 1): (1, 1, False), (None, "Metadata", 1): (1, 1, True),
-        (None, "OffsetCommit", 2): (1, 1, True), (None, "Fetch", 3): (1, 1, False),
-        ("apache-kafka-java", "Produce", 11): (1, 1, True),
-        ("apache-kafka-java", "ListOffsets", 0): (1, 1, False),
-        ("apache-kafka-java", "Vendor", 0): (1, 1, False),
-        ("apache-kafka-java", "Fetch", 17): (1, 1, True),
-        ("librdkafka", "Produce", 9): (1, 1, True), ("librdkafka", "Metadata", 12): (1, 1, True),
-        ("librdkafka", "Fetch", 13): (1, 1, True),
+        (None, "legacy", "Produce", 2): (2, 1, False), (None, "old-file", "Produce", 3): (1, 1, True),
+        (None, "legacy", "JoinGroup", 1): (1, 1, False), (None, "legacy", "Metadata", 1): (1, 1, True),
+        (None, "legacy", "OffsetCommit", 2): (1, 1, True), (None, "legacy", "Fetch", 3): (1, 1, False),
+        ("apache-kafka-java", None, "Produce", 11): (1, 1, True),
+        ("apache-kafka-java", None, "ListOffsets", 0): (1, 1, False),
+        ("apache-kafka-java", None, "Vendor", 0): (1, 1, False),
+        ("apache-kafka-java", None, "Fetch", 17): (1, 1, True),
+        ("librdkafka", None, "Produce", 9): (1, 1, True),
+        ("librdkafka", None, "Metadata", 12): (1, 1, True),
+        ("librdkafka", None, "Fetch", 13): (1, 1, True),
     }
     target = {t["api_key"]: (t["api_name"], t["min_version"], t["max_version"]) for t in out["target"]}
     assert target[0] == ("Produce", 3, 12) and {t["target"] for t in out["target"]} == {"Kafka 4.0"}
@@ -327,7 +329,8 @@ def test_the_report_section_lists_them_and_renders_in_chromium(
     matrix = page.specs["readiness_matrix"]
     cells = {(c["software"], c["api"]): (c["versions"], c["status"])
              for c in matrix["data"]["values"]}
-    assert cells[("unknown software", "Produce (0)")] == ("2–3", "breaks")
+    assert cells[("unknown software (legacy)", "Produce (0)")] == ("2", "breaks")
+    assert cells[("unknown software (old-file)", "Produce (0)")] == ("3", "served")
     assert cells[("librdkafka 2.6.1", "Fetch (1)")] == ("13", "served")
 
     found = chromium()
@@ -390,7 +393,8 @@ def test_the_command_prints_the_same_tables(
             "2026-03-01 10:12:00", "2026-03-01 10:12:00", "1"] in cells
     assert ["librdkafka 2.6.1", "c", CAROL, "10.0.0.3", "librdkafka=2.10", "2026-03-01 10:20:00",
             "2026-03-01 11:01:00", "3"] in cells
-    assert ["unknown software", "Produce (0)", "2–3", "2", "3"] in cells
+    assert ["unknown software (legacy)", "Produce (0)", "2", "2", "2"] in cells
+    assert ["unknown software (old-file)", "Produce (0)", "3", "-", "1"] in cells
 
 
 def test_the_command_refuses_an_unknown_target(capsys: pytest.CaptureFixture[str]) -> None:
