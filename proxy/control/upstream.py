@@ -169,7 +169,10 @@ class Upstream:
             if not kept:
                 await trio.aclose_forcefully(stream)
         shadowed = self.registry.broker_metadata_key
-        if shadowed in ranges:
+        ours = self.registry.api(shadowed).versions
+        if shadowed in ranges and ranges[shadowed] != (ours.lo, ours.hi):
+            # (The same range at the same key is BrokerMetadata itself: a sidecar in front
+            # of another sidecar, as in a passthrough chain.)
             lo, hi = ranges[shadowed]
             message = (f"the broker {self.address} advertises API key {shadowed} (v{lo}-{hi}), which "
                        f"sidecar.broker.metadata.api.key={shadowed} gives to BrokerMetadata: the sidecar "
