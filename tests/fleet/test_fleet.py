@@ -122,12 +122,19 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, tansu: TansuServer) -> Itera
             for node in IDS:
                 running.start(node)
             wait_until(lambda: registered(running) == list(IDS), 15, "all three sidecars registered")
+            wait_until(lambda: all(sees(s, len(IDS)) for s in running.sidecars.values()), 15,
+                       "every sidecar sees the other two")
             yield running
         finally:
             for server in running.sidecars.values():
                 server.stop()
     finally:
         ensemble.stop()
+
+
+def sees(server: SidecarServer, count: int) -> bool:
+    """Whether the sidecar's own fleet view holds ``count`` live sidecars (its /metrics)."""
+    return f"ksidecar_coordinator_fleet_sidecars {float(count)}" in server.scrape()
 
 
 def registered(fleet: Fleet) -> list[int]:
@@ -253,8 +260,11 @@ class Member(threading.Thread):
         def on_revoke(_: Any, parts: list[Any]) -> None:
             self.events.append((time.monotonic(), "revoke", tuple(sorted(p.partition for p in parts))))
 
+        # socket.timeout.ms: a frozen sidecar (SIGSTOP) answers nothing; 5 s, not 60 s, until
+        # the client gives such a request up and looks for the coordinator again.
         config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group,
-                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                  "socket.timeout.ms": 5000}
         if self.extra.get("group.protocol") != "consumer":  # KIP-848: the coordinator sets these
             config.update({"session.timeout.ms": GROUP_SESSION_MS, "heartbeat.interval.ms": 1000,
                            "partition.assignment.strategy": "range"})
@@ -443,6 +453,7 @@ def test_sigterm_of_an_owner_hands_its_groups_over_without_a_rebalance(fleet: Fl
         groups.stop()
         fleet.start(2)
         wait_until(lambda: registered(fleet) == list(IDS), 15, "sidecar 2 back")
+        wait_until(lambda: all(sees(s, len(IDS)) for s in fleet.sidecars.values()), 15, "views agree")
     for m in groups.all():
         assert m.error is None, m.error
     for g in names:
@@ -481,6 +492,7 @@ def test_sigkill_of_an_owner_loses_no_acknowledged_offset(fleet: Fleet) -> None:
         fleet.sidecars[victim].process.stop()
         fleet.start(victim)
         wait_until(lambda: registered(fleet) == list(IDS), 15, f"sidecar {victim} back")
+        wait_until(lambda: all(sees(s, len(IDS)) for s in fleet.sidecars.values()), 15, "views agree")
     for m in groups.all():
         assert m.error is None, m.error
     for g, ms in groups.members.items():
@@ -489,6 +501,56 @@ def test_sigkill_of_an_owner_loses_no_acknowledged_offset(fleet: Fleet) -> None:
             for p, offset in acked_before[(g, id(m))].items():
                 assert stored.get(p, -1) >= offset, (g, p, stored.get(p), offset)
         no_overlap(ms)
+
+
+def test_a_frozen_owner_whose_session_expired_is_fenced_and_its_groups_come_back(fleet: Fleet) -> None:
+    """SIGSTOP an owner for longer than its ZooKeeper session: the session expires (its
+    claims and registration go), the others take its groups over. On SIGCONT it finds its
+    session LOST, drops every group at once (it must not serve them from memory), registers
+    again on a new session and, once the placement gives them back, claims them again from
+    the others. No acknowledged offset is lost on the way."""
+    live = fleet.live()
+    victim = 3
+    names = groups_owned_by(victim, live, 2, "frozen")
+    groups = start_groups(fleet, names)
+    pid = fleet.sidecars[victim].process.pid
+    assert pid is not None
+    try:
+        assert [claim_holder(fleet, g) for g in names] == [victim] * 2
+        logged = len(fleet.sidecars[victim].log_path.read_text())
+        stopped_at = time.monotonic()
+        os.kill(pid, signal.SIGSTOP)
+        acked_before = {(g, id(m)): m.acked_by(stopped_at) for g, ms in groups.members.items() for m in ms}
+        rest = [n for n in live if n != victim]
+        wait_until(lambda: registered(fleet) == rest, 3 * ZK_SESSION_MS / 1000, "the frozen session expired")
+        moved = wait_until(lambda: [claim_holder(fleet, g) for g in names] == [owner(g, rest) for g in names],
+                           10, "claims taken over")
+        moved_at = time.monotonic()
+        taken_over = wait_until(lambda: committing_since(groups, moved_at), 60, "commits to the new owners")
+        os.kill(pid, signal.SIGCONT)
+        resumed_at = time.monotonic()
+        wait_until(lambda: registered(fleet) == live, 20, "the thawed sidecar registered again")
+        wait_until(lambda: [claim_holder(fleet, g) for g in names] == [victim] * 2, 20, "claims back")
+        claimed_at = time.monotonic()
+        back = wait_until(lambda: committing_since(groups, claimed_at), 60, "commits again")
+        log = fleet.sidecars[victim].log_path.read_text()[logged:]
+        assert "ZooKeeper session lost" in log
+        print(f"\nfrozen owner (SIGSTOP > ZooKeeper session): claims moved {moved:.2f} s after the "
+              f"expiry was seen, commits to the new owners {taken_over:.2f} s later; after SIGCONT the "
+              f"groups came back and commits resumed {time.monotonic() - resumed_at:.2f} s later "
+              f"({back:.2f} s after the claims)")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        groups.stop()
+    for m in groups.all():
+        assert m.error is None, m.error
+    for g, ms in groups.members.items():
+        stored = stored_offsets(fleet, g, groups.topic)
+        for m in ms:
+            for p, offset in acked_before[(g, id(m))].items():
+                assert stored.get(p, -1) >= offset, (g, p, stored.get(p), offset)
+            for p, offset in m.acked_by(time.monotonic()).items():
+                assert stored.get(p, -1) >= offset, (g, p, stored.get(p), offset)
 
 
 def test_one_zookeeper_server_down_changes_nothing_for_clients(fleet: Fleet) -> None:
