@@ -182,6 +182,8 @@ class GroupService:
         self._refresh_now = trio.Event()
         self._place_now = trio.Event()
         self._placed = trio.Event()
+        #: Counts lost sessions: a claim made on an earlier session is not adopted.
+        self._sessions_lost = 0
         self._rescan = True
         self._writer_idle = trio.Event()
         self._writer_idle.set()
@@ -345,6 +347,7 @@ class GroupService:
                             "it is back")
             elif state == KazooState.LOST:
                 self.fleet.suspended = False
+                self._sessions_lost += 1
                 dropped = sorted(self.fleet.held)
                 for group_id in dropped:
                     self._drop(group_id)
@@ -397,6 +400,7 @@ class GroupService:
         assert self.fleet is not None and self.claims is not None
         claims = self.claims
         began = trio.current_time()
+        session = self._sessions_lost
         version = await self.zk.call(claims.claim, group_id)
         if version is None:
             return False
@@ -407,6 +411,8 @@ class GroupService:
             with trio.CancelScope(shield=True):
                 await self.zk.call(claims.release, group_id)
             raise
+        if session != self._sessions_lost:  # the session (and the claim with it) went meanwhile
+            return False
         if self.fleet.owner(group_id) != self.fleet.me:  # the fleet changed meanwhile
             await self.zk.call(claims.release, group_id)
             return True

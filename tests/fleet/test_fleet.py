@@ -300,6 +300,44 @@ class Member(threading.Thread):
         return self.acks[-1][0] if self.acks else 0.0
 
 
+class KafkaPythonMember(Member):
+    """The same with kafka-python: a synchronous commit of what each poll returned."""
+
+    def _consume(self) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+        from kafka.errors import KafkaError
+
+        member = self
+
+        class Log(ConsumerRebalanceListener):  # type: ignore[misc]
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                member.events.append((time.monotonic(), "revoke", tuple(sorted(p.partition for p in revoked))))
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                member.events.append((time.monotonic(), "assign", tuple(sorted(p.partition for p in assigned))))
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group,
+                                 enable_auto_commit=False, auto_offset_reset="earliest",
+                                 session_timeout_ms=GROUP_SESSION_MS, heartbeat_interval_ms=1000,
+                                 request_timeout_ms=GROUP_SESSION_MS + 5000)
+        consumer.subscribe([self.topic], listener=Log())
+        try:
+            while not self.stop.is_set():
+                batch = consumer.poll(timeout_ms=200, max_records=100)
+                if not batch:
+                    continue
+                self.consumed += sum(len(rs) for rs in batch.values())
+                ends = {tp.partition: rs[-1].offset + 1 for tp, rs in batch.items() if rs}
+                try:
+                    consumer.commit()
+                except KafkaError:
+                    self.failed_commits += 1
+                    continue
+                self.acks.append((time.monotonic(), ends))
+        finally:
+            consumer.close()
+
+
 class Producer(threading.Thread):
     """Keeps records flowing (about 300 a second over the partitions) so commits move."""
 
@@ -392,13 +430,14 @@ class Groups:
 
 
 def start_groups(fleet: Fleet, names: list[str], per_group: int = 2,
-                 extra: dict[str, dict[str, str]] | None = None) -> Groups:
+                 extra: dict[str, dict[str, str]] | None = None,
+                 kinds: dict[str, type[Member]] | None = None) -> Groups:
     topic = f"fleet-{uuid.uuid4().hex[:8]}"
     create_topic(fleet.bootstrap(), topic)
     producer = Producer(fleet.bootstrap(), topic)
     producer.start()
-    members = {g: [Member(fleet.bootstrap(), g, topic, (extra or {}).get(g)) for _ in range(per_group)]
-               for g in names}
+    members = {g: [(kinds or {}).get(g, Member)(fleet.bootstrap(), g, topic, (extra or {}).get(g))
+                   for _ in range(per_group)] for g in names}
     running = Groups(topic=topic, members=members, producer=producer)
     for m in running.all():
         m.start()
@@ -466,11 +505,13 @@ def test_sigterm_of_an_owner_hands_its_groups_over_without_a_rebalance(fleet: Fl
 def test_sigkill_of_an_owner_loses_no_acknowledged_offset(fleet: Fleet) -> None:
     live = fleet.live()
     victim = 3
-    names = groups_owned_by(victim, live, 3, "failover")
-    # Two classic groups and one KIP-848 group (ConsumerGroupHeartbeat, served by the sidecar).
-    groups = start_groups(fleet, names, extra={names[2]: {"group.protocol": "consumer"}})
+    names = groups_owned_by(victim, live, 4, "failover")
+    # confluent-kafka: two classic groups and one KIP-848 group (ConsumerGroupHeartbeat,
+    # served by the sidecar); kafka-python: one classic group.
+    groups = start_groups(fleet, names, extra={names[2]: {"group.protocol": "consumer"}},
+                          kinds={names[3]: KafkaPythonMember})
     try:
-        assert [claim_holder(fleet, g) for g in names] == [victim] * 3
+        assert [claim_holder(fleet, g) for g in names] == [victim] * 4
         time.sleep(1.0)  # a few more commits
         killed_at = time.monotonic()
         pid = fleet.sidecars[victim].process.pid
