@@ -1,0 +1,159 @@
+"""The fleet side of the trio shell (proxy/control/groups.py) on trio's virtual clock.
+
+ZooKeeper is replaced by stubs that answer at once (the claims and the store are tested
+against a real ZooKeeper in test_claims.py and test_store.py); what is tested here is the
+shell's own logic: a request waits for its group's claim, is answered anyway once the wait
+is over, and a group the placement moves away is handed over. Sidecars 1, 2 and 3 are
+live; ``payments`` belongs to 1 (this one), ``orders`` to 2 (test_placement.py's table).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+from prometheus_client import CollectorRegistry
+
+from coordinator.core import GroupCoordinator, LoadedGroup
+from coordinator.errors import Code
+from coordinator.messages import HeartbeatRequest, HeartbeatResponse
+from coordinator.outcome import Response, Write
+from coordinator.settings import CoordinatorSettings
+from proxy.control.groups import GroupService
+from proxy.local.groups import CoreCall
+from proxy.local.ports import Pending
+
+LIVE: dict[int, Any] = {1: {"PLAINTEXT": ("h1", 1)}, 2: {"PLAINTEXT": ("h2", 2)}, 3: {"PLAINTEXT": ("h3", 3)}}
+
+
+class StubZooKeeper:
+    """Runs "blocking" calls inline; no session events."""
+
+    client: Any = None
+    session_timeout = 10.0
+
+    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        await trio.sleep(0.001)  # a ZooKeeper round trip
+        return fn(*args, **kwargs)
+
+    def states(self) -> trio.MemoryReceiveChannel[str]:
+        return trio.open_memory_channel[str](0)[1]
+
+
+class StubClaims:
+    def __init__(self, version: int | None) -> None:
+        self.node_id = 1
+        self.version = version
+        self.claimed: list[str] = []
+        self.released: list[str] = []
+
+    def claim(self, group_id: str) -> int | None:
+        self.claimed.append(group_id)
+        return self.version
+
+    def release(self, group_id: str) -> bool:
+        self.released.append(group_id)
+        return True
+
+    def guard(self, group_id: str, version: int) -> tuple[str, int]:
+        return f"/coordinators/groups/{group_id}", version
+
+
+class StubStore:
+    def __init__(self) -> None:
+        self.applied: list[list[Write]] = []
+
+    def group_ids(self) -> list[str]:
+        return []
+
+    def load_group(self, group_id: str) -> LoadedGroup | None:
+        return None
+
+    def forget(self, group_id: str | None = None) -> None:
+        pass
+
+    def apply(self, writes: list[Write]) -> None:
+        self.applied.append(writes)
+
+
+class NoMetadata:
+    async def topics(self, names: set[str] | None) -> list[Any]:
+        return []
+
+
+def service(claims: StubClaims) -> GroupService:
+    built = GroupService(CoordinatorSettings(), StubZooKeeper(), NoMetadata(),  # type: ignore[arg-type]
+                         lambda listener: (1, "h1", 1), CollectorRegistry(),
+                         store=StubStore(), clock=lambda: int(trio.current_time() * 1000))  # type: ignore[arg-type]
+    assert built.fleet is not None
+    built.fleet.set_live(LIVE, me=1)
+    built.claims = claims  # type: ignore[assignment]
+    return built
+
+
+def heartbeat(group: str) -> CoreCall:
+    req = HeartbeatRequest(group_id=group, generation_id=1, member_id="m")
+    return CoreCall((group,), lambda core, now: core.heartbeat(req, now))
+
+
+async def answer(outcome: Response | Pending[Response]) -> Response:
+    return await outcome.wait() if isinstance(outcome, Pending) else outcome
+
+
+async def test_a_request_waits_for_its_groups_claim(autojump_clock: trio.testing.MockClock) -> None:
+    claims = StubClaims(version=7)
+    groups = service(claims)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(groups._place)
+        outcome = groups.run(heartbeat("payments"), "Heartbeat")
+        assert isinstance(outcome, Pending)
+        began = trio.current_time()
+        response = await answer(outcome)
+        # Served by the core once claimed: an unknown member of a new group, not LOAD_IN_PROGRESS.
+        assert response == HeartbeatResponse(error=Code.UNKNOWN_MEMBER_ID)
+        assert trio.current_time() - began < 0.1
+        assert claims.claimed == ["payments"]
+        assert groups.fleet is not None and groups.fleet.held == {"payments": 7}
+        # Another sidecar's group is refused at once, and not claimed.
+        refused = groups.run(heartbeat("orders"), "Heartbeat")
+        assert refused == HeartbeatResponse(error=Code.NOT_COORDINATOR)
+        nursery.cancel_scope.cancel()
+    assert claims.claimed == ["payments"]
+
+
+async def test_a_claim_held_elsewhere_answers_load_in_progress_after_the_wait(
+        autojump_clock: trio.testing.MockClock) -> None:
+    claims = StubClaims(version=None)  # an old owner's session has not expired yet
+    groups = service(claims)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(groups._place)
+        began = trio.current_time()
+        response = await answer(groups.run(heartbeat("payments"), "Heartbeat"))
+        waited = trio.current_time() - began
+        assert response == HeartbeatResponse(error=Code.COORDINATOR_LOAD_IN_PROGRESS)
+        assert groups.claim_wait <= waited < groups.claim_wait + 0.5
+        assert len(claims.claimed) > 10  # retried every claim_retry (0.2 s) meanwhile
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_group_the_placement_moves_away_is_handed_over(autojump_clock: trio.testing.MockClock) -> None:
+    claims = StubClaims(version=3)
+    groups = service(claims)
+    assert groups.fleet is not None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(groups._place)
+        await answer(groups.run(heartbeat("payments"), "Heartbeat"))
+        assert "payments" in groups.fleet.held
+        # payments on {2, 3, 4}: 4 wins (test_placement.py); this sidecar stays registered.
+        groups.fleet.set_live({1: LIVE[1], 2: LIVE[2], 3: LIVE[3], 4: {"PLAINTEXT": ("h4", 4)}}, me=1)
+        groups._place_now.set()
+        await trio.sleep(1)
+        assert claims.released == ["payments"]
+        assert groups.fleet.held == {}
+        assert [g for g, _ in groups.handovers] == ["payments"]
+        core: GroupCoordinator = groups.core
+        assert "payments" not in core.ctx.groups
+        refused = groups.run(heartbeat("payments"), "Heartbeat")
+        assert refused == HeartbeatResponse(error=Code.NOT_COORDINATOR)
+        nursery.cancel_scope.cancel()
