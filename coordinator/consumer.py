@@ -213,7 +213,7 @@ class ConsumerProtocol:
     # -- epochs and assignment -----------------------------------------------------------
 
     def _maybe_bump(self, group: ConsumerGroup, *, force: bool, now: int) -> bool:
-        metadata = group.compute_subscription_metadata(self.topics)
+        metadata = group.compute_subscription_metadata(self.topics, self.ctx.topic_access)
         if force or metadata != group.subscription_metadata:
             group.subscription_metadata = metadata
             group.group_epoch += 1
@@ -230,7 +230,8 @@ class ConsumerProtocol:
         counts = {tid: count for tid, count in names.values()}
         specs = {
             m.member_id: MemberSpec(
-                subscribed=frozenset(names[n][0] for n in m.subscribed_topics(self.topics) if n in names),
+                subscribed=frozenset(names[n][0] for n in m.subscribed_topics(self.topics, self.ctx.topic_access)
+                                     if n in names),
                 current=group.target.get(m.member_id, {}))
             for m in group.members.values()
         }

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from coordinator.assignors import Assignment
 from coordinator.errors import Code, GroupError
-from coordinator.messages.common import Client
+from coordinator.messages.common import Client, TopicAccess
 from coordinator.reconcile import MemberState, Reconciled
 from coordinator.topics import TopicsSnapshot
 
@@ -56,13 +56,18 @@ class ConsumerMember:
         """The member's current epoch."""
         return self.assignment.member_epoch
 
-    def subscribed_topics(self, topics: TopicsSnapshot) -> set[str]:
-        """Names this member subscribes to: its names plus the topics its regex matches."""
+    def subscribed_topics(self, topics: TopicsSnapshot, access: TopicAccess | None = None) -> set[str]:
+        """Names this member subscribes to: its names plus the topics its regex matches
+        (with ``access``: only those its principal may Describe, as Kafka 4.0 resolves
+        regexes; names it subscribes by name are checked on the request itself)."""
         names = set(self.subscribed_topic_names)
         if self.subscribed_topic_regex:
             # Validated on the way in; a stored bad one matches nothing.
             with contextlib.suppress(re.error):
-                names |= topics.matching(re.compile(self.subscribed_topic_regex))
+                matched = topics.matching(re.compile(self.subscribed_topic_regex))
+                if access is not None and matched:
+                    matched = access(self.client.principal, self.client.client_host.lstrip("/"), matched)
+                names |= matched
         return names
 
     def with_assignment(self, assignment: Reconciled) -> ConsumerMember:
@@ -147,17 +152,18 @@ class ConsumerGroup:
                         epochs[(topic, p)] = m.member_epoch
         return epochs
 
-    def subscribed_topics(self, topics: TopicsSnapshot) -> set[str]:
+    def subscribed_topics(self, topics: TopicsSnapshot, access: TopicAccess | None = None) -> set[str]:
         """Every topic name some member subscribes to."""
         names: set[str] = set()
         for m in self.members.values():
-            names |= m.subscribed_topics(topics)
+            names |= m.subscribed_topics(topics, access)
         return names
 
-    def compute_subscription_metadata(self, topics: TopicsSnapshot) -> dict[str, tuple[UUID, int]]:
+    def compute_subscription_metadata(self, topics: TopicsSnapshot,
+                                      access: TopicAccess | None = None) -> dict[str, tuple[UUID, int]]:
         """Subscribed topics that exist, with their ids and partition counts."""
         return {n: (topics.by_name[n].topic_id, topics.by_name[n].partitions)
-                for n in sorted(self.subscribed_topics(topics)) if n in topics.by_name}
+                for n in sorted(self.subscribed_topics(topics, access)) if n in topics.by_name}
 
     def is_subscribed_to(self, topic: str) -> bool:
         """Whether a member subscribes to ``topic`` (by name or through the last metadata)."""
@@ -209,6 +215,7 @@ class ConsumerGroup:
                     "rack_id": m.rack_id,
                     "client_id": m.client.client_id,
                     "client_host": m.client.client_host,
+                    "principal": m.client.principal,
                     "rebalance_timeout_ms": m.rebalance_timeout_ms,
                     "subscribed_topic_names": list(m.subscribed_topic_names),
                     "subscribed_topic_regex": m.subscribed_topic_regex,
@@ -238,7 +245,8 @@ class ConsumerGroup:
         for raw in record.get("members", []):
             group.put(ConsumerMember(
                 member_id=raw["member_id"], instance_id=raw.get("instance_id"), rack_id=raw.get("rack_id"),
-                client=Client(client_id=raw.get("client_id", ""), client_host=raw.get("client_host", "")),
+                client=Client(client_id=raw.get("client_id", ""), client_host=raw.get("client_host", ""),
+                              principal=raw.get("principal", "")),
                 rebalance_timeout_ms=int(raw.get("rebalance_timeout_ms", -1)),
                 subscribed_topic_names=tuple(raw.get("subscribed_topic_names", ())),
                 subscribed_topic_regex=raw.get("subscribed_topic_regex"),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from coordinator.messages.common import TopicAccess
 from coordinator.outcome import Outbox
 from coordinator.settings import CoordinatorSettings
 from coordinator.timers import Deadlines
@@ -31,3 +32,7 @@ class Context:
     outbox: Outbox = field(default_factory=Outbox)
     #: Source of member ids; tests inject a deterministic one.
     new_id: Callable[[], str] = random_id
+    #: ``(principal, host, names) -> the names the principal may Describe``, when the sidecar
+    #: enforces ACLs: the topics a KIP-848 member's regex resolves to are filtered by its
+    #: rights (Kafka 4.0's rule). ``None``: every matching topic. Set by the shell.
+    topic_access: TopicAccess | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -14,12 +14,20 @@ Wire = dict[str, Any]
 """A response body as ``protocol.schema.encode`` takes it (absent fields take defaults)."""
 
 
+#: ``(principal, host, topic names) -> the names the principal may Describe`` (the shell's
+#: view of the ACLs, :attr:`coordinator.context.Context.topic_access`).
+TopicAccess = Callable[[str, str, set[str]], set[str]]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Client:
     """Who sent a request, from its header and connection (DescribeGroups reports both)."""
 
     client_id: str = ""
     client_host: str = ""
+    #: The authenticated principal (``User:alice``); ``""`` where it is not known (a member
+    #: stored before principals were kept).
+    principal: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -20,7 +20,7 @@ import trio
 
 from coordinator.topics import TopicInfo
 from proxy.auth.acl.evaluate import AclIndex, Authorizer
-from proxy.auth.acl.model import AclBinding, BindingFilter
+from proxy.auth.acl.model import AclBinding, BindingFilter, Operation, ResourceType
 from proxy.auth.acl.store import AclStore
 from proxy.control.zk import ZooKeeper
 
@@ -78,6 +78,12 @@ class AclState:
             self._refreshed_at = trio.current_time()
             self._refreshing = None
             done.set()
+
+    def describable(self, principal: str, host: str, names: set[str]) -> set[str]:
+        """The topics of ``names`` that ``principal`` from ``host`` may Describe (the
+        embedded coordinator filters a member's regex with it)."""
+        authorizer = self._authorizer
+        return {n for n in names if authorizer.authorize(principal, host, Operation.DESCRIBE, ResourceType.TOPIC, n)}
 
     def _over(self, index: AclIndex) -> Authorizer:
         return Authorizer(index, super_users=self.super_users, allow_if_no_acl=self.allow_if_no_acl,

@@ -150,6 +150,9 @@ class Sidecar:
         #: ACL enforcement on the data path (``sidecar.authorizer=acls``), else ``None``.
         self.authorization = None if self.acls is None else Authorization(
             self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow")
+        if self.groups is not None and self.acls is not None and config["sidecar.authorizer.mode"] == "enforce":
+            # KIP-848 regexes resolve only to topics the member's principal may Describe.
+            self.groups.core.ctx.topic_access = self.acls.describable
         if self.zk is not None:
             override: str = config["sidecar.features.supported.override"]
             supported = (parse_supported_override(override) if override else

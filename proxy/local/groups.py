@@ -59,7 +59,8 @@ CallFor = Callable[[LocalRequest, Context], Callable[[GroupCoordinator, int], "S
 
 
 def _client(request: LocalRequest, context: Context) -> Client:
-    return Client(client_id=request.header.client_id or "", client_host=f"/{context.peer[0]}")
+    return Client(client_id=request.header.client_id or "", client_host=f"/{context.peer[0]}",
+                  principal=context.principal)
 
 
 def _body(request: LocalRequest) -> Any:

@@ -244,3 +244,70 @@ async def test_shadow_mode_refuses_nothing_and_counts(sasl_sidecar: StartSasl, t
                   operation="Write", resource_type="Topic", mode="shadow") >= 1
     assert sample(rig.sidecar, "ksidecar_authorization_denials_total",
                   operation="Describe", resource_type="Group", mode="shadow") >= 1
+
+
+def regex_consume(bootstrap: str, user: str, regex: str, group: str, want: int,
+                  peek: Any = None) -> dict[str, int]:
+    """Consume with group.protocol=consumer and a regex subscription; records per topic
+    (and ``peek()``'s answer while the member is still in the group, under ``"peek"``)."""
+    from confluent_kafka import Consumer
+
+    common = confluent_config(bootstrap, MECHANISM, user, USERS[user])
+    consumer = Consumer({**common, "group.id": group, "group.protocol": "consumer",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    seen: dict[str, int] = {}
+    try:
+        consumer.subscribe([regex])
+        for _ in range(60):
+            for message in consumer.consume(100, 0.5):
+                if message.error() is None:
+                    seen[message.topic()] = seen.get(message.topic(), 0) + 1
+            if sum(seen.values()) >= want:
+                # Read on a little: a topic outside her rights must stay unassigned.
+                for message in consumer.consume(100, 1.0):
+                    if message.error() is None:
+                        seen[message.topic()] = seen.get(message.topic(), 0) + 1
+                break
+        if peek is not None:
+            seen["peek"] = peek()
+    finally:
+        consumer.close()
+    return seen
+
+
+async def test_kip848_regex_resolves_to_what_the_member_may_describe(
+        sasl_sidecar: StartSasl, tansu: TansuServer) -> None:
+    """With the embedded coordinator, a regex matching a topic alice may not Describe assigns
+    her only the others (Kafka 4.0's rule), instead of refusing regexes altogether."""
+    rig = await sasl_sidecar(sidecar_authorizer="acls", sidecar_coordinator="embedded")
+    assert rig.sidecar.acls is not None
+    await rig.sidecar.acls.create(ALICE_ACLS)
+    visible = await orders_topic(tansu)
+    hidden = await orders_topic(tansu)
+    prefix = "orders-"
+    await rig.sidecar.acls.create([acl(ResourceType.TOPIC, hidden, Operation.DESCRIBE, deny=True)])
+    with trio.fail_after(90):
+        for topic in (visible, hidden):
+            # Produce as a super user would not be refused; alice may not write the hidden one.
+            await trio.to_thread.run_sync(produce_as_broker, tansu, topic)
+        groups = rig.sidecar.groups
+        assert groups is not None
+
+        def subscribed() -> list[str]:
+            # What the coordinator resolved the regex to (read from the test's thread: a peek).
+            return sorted(groups.core.ctx.groups[GROUP].subscription_metadata)  # type: ignore[union-attr]
+
+        seen = await trio.to_thread.run_sync(
+            regex_consume, rig.bootstrap, "alice", f"^{prefix}({visible[len(prefix):]}|{hidden[len(prefix):]})$",
+            GROUP, len(RECORDS), subscribed)
+    assert seen == {visible: len(RECORDS), "peek": [visible]}
+
+
+def produce_as_broker(tansu: TansuServer, topic: str) -> None:
+    """Write RECORDS to ``topic`` on the broker directly (no sidecar, no ACLs)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 1})
+    for key, value in RECORDS:
+        producer.produce(topic, value=value, key=key, partition=0)
+    assert producer.flush(20) == 0
