@@ -143,6 +143,30 @@ def parse_range(text: str) -> tuple[int, int] | None:
     return int(low), int(high or low)
 
 
+def strip_comments(text: str) -> str:
+    """Kafka's specs with their ``//`` comments removed (outside string literals), as JSON.
+
+    (The same rule as :func:`protocol.release.strip_json_comments`; spark_jobs import
+    nothing outside the package and the audit schema, tests/test_import_graph.py.)
+    """
+    out: list[str] = []
+    in_string = escaped = False
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
                           text=True).stdout
@@ -150,13 +174,11 @@ def _git(repo: Path, *args: str) -> str:
 
 def read_release(repo: Path, commit: str) -> dict[int, tuple[str, int, int]]:
     """API key → (name, min, max) of every request a broker serves at ``commit``."""
-    from protocol.release import strip_json_comments  # a developer's tool, not the jobs'
-
     apis: dict[int, tuple[str, int, int]] = {}
     for path in _git(repo, "ls-tree", "--name-only", commit, MESSAGE_PATH + "/").split():
         if not path.endswith("Request.json"):
             continue
-        spec = json.loads(strip_json_comments(_git(repo, "show", f"{commit}:{path}")))
+        spec = json.loads(strip_comments(_git(repo, "show", f"{commit}:{path}")))
         if spec.get("type") != "request" or not BROKER_LISTENERS & set(spec.get("listeners", ())):
             continue
         span = parse_range(spec["validVersions"])

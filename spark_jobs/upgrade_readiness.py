@@ -50,37 +50,19 @@ from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from spark_jobs import common, kafka_releases, options
 
-#: The audit columns (schema version 3) naming the client's software.
-SOFTWARE_COLUMNS = ("client_software_name", "client_software_version")
 #: What tells one client from another in the outputs.
 CLIENT = ("software_name", "software_version", "client_id", "principal", "client_host")
 TARGET_SCHEMA = ("target string, source string, api_key smallint, api_name string, "
                  "min_version smallint, max_version smallint")
 
 
-def audit_schema() -> T.StructType:
-    """The jobs' audit schema, with the client software columns even where the shared
-    schema predates them (they read as null from files without them)."""
-    schema = common.spark_schema()
-    for name in SOFTWARE_COLUMNS:
-        if name not in schema.fieldNames():
-            schema = schema.add(T.StructField(name, T.StringType(), nullable=True))
-    return schema
-
-
 def extract(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    """The audit's requests (one row each) in the requested range: what
-    :func:`common.read_audit` reads, with the client software columns."""
-    df = spark.read.schema(audit_schema()).option("basePath", args.audit).parquet(args.audit)
-    df = common.time_range(df, args.since, args.until)
-    if args.sidecars:
-        df = df.where(F.col("sidecar_broker_id").isin(list(args.sidecars)))
-    common.schema_versions(spark, common.audit_files(spark, args.audit, args.since, args.until))
-    return df
+    """The audit rows in the requested range (files before schema version 3 read with null
+    client software)."""
+    return common.extract_audit(spark, args)
 
 
 def target_frame(spark: SparkSession, target: kafka_releases.Target) -> DataFrame:

@@ -56,6 +56,15 @@ def test_releases_by_hand() -> None:
     assert kafka_releases.release_names() == ["3.9", "4.0", "4.1"]
 
 
+def test_spec_comments_are_stripped_outside_strings() -> None:
+    text = '{"a": "http://x", // a comment with "quotes"\n "b": "q\\"//", "c": "3-12" // end\n}'
+
+    assert json.loads(kafka_releases.strip_comments(text)) == {"a": "http://x", "b": 'q"//', "c": "3-12"}
+    assert kafka_releases.parse_range("3-12") == (3, 12)
+    assert kafka_releases.parse_range("0") == (0, 0)
+    assert kafka_releases.parse_range("none") is None
+
+
 def test_a_profile_is_a_target(tmp_path: Path) -> None:
     profile = tmp_path / "vendor.json"
     profile.write_text(json.dumps({"0": [3, 8], "18": [0, 3], "10000": [0, 0]}))
