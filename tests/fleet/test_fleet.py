@@ -448,7 +448,16 @@ def start_groups(fleet: Fleet, names: list[str], per_group: int = 2,
             sorted(p for m in ms for p in current(m)) == list(range(TOPIC_PARTITIONS))
             for ms in members.values())
 
-    wait_until(settled, 60, "every member assigned and committing")
+    try:
+        wait_until(settled, 90, "every member assigned and committing")
+    except AssertionError as exc:
+        now = time.monotonic()
+        states = "; ".join(
+            f"{g}/{type(m).__name__}: held {current(m)}, {len(m.acks)} acks (last {now - m.last_ack():.1f} s "
+            f"ago), {m.failed_commits} failed, consumed {m.consumed}, error {m.error!r}"
+            for g, ms in members.items() for m in ms)
+        running.stop()
+        raise AssertionError(f"{exc}: {states}") from None
     return running
 
 
