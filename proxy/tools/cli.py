@@ -4,7 +4,8 @@
 ``ksidecar demo`` runs the end-to-end demo; ``ksidecar audit report --audit PATH --out DIR``
 runs the PySpark audit jobs and writes an HTML report (see :mod:`spark_jobs.report`);
 ``ksidecar audit readiness --audit PATH --target 4.0`` prints which clients would break on a
-target Kafka (:mod:`proxy.tools.readiness`);
+target Kafka, ``ksidecar audit profile`` captures a broker's ApiVersions as a target
+(:mod:`proxy.tools.readiness`);
 ``ksidecar quotas`` describes and alters per-IP connection quotas over the wire
 (:mod:`proxy.tools.quotas_cli`); ``ksidecar groups`` lists, describes and deletes consumer
 groups and resets their offsets over the wire (:mod:`proxy.tools.groups_cli`); ``ksidecar
@@ -113,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         return features_cli.run(args)
     if args.command == "users":
         return users_cli.run(args)
-    if args.command == "audit" and args.audit_command == "readiness":
-        return readiness.run(args)
+    if args.command == "audit" and args.audit_command in readiness.COMMANDS:
+        return readiness.main(args)
     if args.command == "audit":
         from spark_jobs import report  # loads pyspark: only for this command
 

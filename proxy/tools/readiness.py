@@ -2,6 +2,7 @@
 
     ksidecar audit readiness --audit DIR [--target 4.0 | PROFILE.json]
         [--min-software NAME=VERSION ...] [--since T] [--until T] [--sidecars 1,2] [--out DIR]
+    ksidecar audit profile --bootstrap-server HOST:PORT [--out PROFILE.json]
 
 Runs the ``upgrade_readiness`` job (:mod:`spark_jobs.upgrade_readiness`) in a local Spark
 session, as ``ksidecar audit report`` runs every job, into ``--out`` (default: a temporary
@@ -10,6 +11,12 @@ clients that used API versions the target does not serve, the clients older than
 ``--min-software``, the API versions seen per client software, and the client software
 inventory. Spark, pyarrow and the report's formatting are imported only when the command
 runs: declaring it (every ``ksidecar`` start) loads none of them.
+
+``ksidecar audit profile`` captures a target the release table lacks: it asks the broker
+(or sidecar) at ``--bootstrap-server`` for its ApiVersions (v3) and writes what it
+advertises as a profile, ``{"<api key>": [min, max], ...}``, for ``--target``. A broker
+advertises what it serves, with one known exception: Kafka 4.0 lists Produce from 0 but
+refuses versions 0-2 (KAFKA-18659), which the release table says.
 """
 
 from __future__ import annotations
@@ -26,8 +33,19 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+#: The ``ksidecar audit`` subcommands this module serves (:func:`main`).
+COMMANDS = ("readiness", "profile")
+
+
 def add_parser(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``readiness`` under ``ksidecar audit``."""
+    """Register ``readiness`` and ``profile`` under ``ksidecar audit``."""
+    capture_parser = jobs.add_parser(
+        "profile", help="capture a broker's ApiVersions as a readiness --target profile",
+        description="Ask --bootstrap-server for its ApiVersions and write the API versions it "
+        "advertises as a JSON profile for 'ksidecar audit readiness --target FILE'.",
+    )
+    capture_parser.add_argument("--bootstrap-server", required=True, help="the target broker, host:port")
+    capture_parser.add_argument("--out", help="the profile file to write (default: standard output)")
     p = jobs.add_parser(
         "readiness", help="which clients would break on a target Kafka (upgrade_readiness)",
         description="Run the upgrade_readiness job over --audit and print the clients that "
@@ -40,6 +58,51 @@ def add_parser(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--sidecars", type=options.parse_ids,
                    help="only requests seen by these sidecars (comma-separated broker ids)")
     options.add_upgrade_readiness(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the parsed ``ksidecar audit`` subcommand (one of :data:`COMMANDS`)."""
+    if args.audit_command == "profile":
+        return run_profile(args)
+    return run(args)
+
+
+def capture(bootstrap: str) -> dict[str, list[int]]:
+    """What the broker at ``bootstrap`` advertises: API key (as text) → ``[min, max]``."""
+    from proxy.tools.admin_client import AdminClient
+
+    with AdminClient(bootstrap) as client:
+        answer = client.call(18, 3, {"ClientSoftwareName": "ksidecar-cli",
+                                     "ClientSoftwareVersion": "0"})
+    if answer.ErrorCode:
+        from proxy.tools.admin_client import AdminError
+
+        raise AdminError(f"ApiVersions answered error {answer.ErrorCode}")
+    return {str(k.ApiKey): [k.MinVersion, k.MaxVersion]
+            for k in sorted(answer.ApiKeys, key=lambda k: k.ApiKey)}
+
+
+def run_profile(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """``ksidecar audit profile``: write the profile; exit code 0, or 1 if the broker
+    could not be asked."""
+    import json
+    import sys
+
+    from proxy.tools.admin_client import AdminError
+
+    try:
+        profile = capture(args.bootstrap_server)
+    except AdminError as exc:
+        print(f"ksidecar audit profile: {exc}", file=sys.stderr)
+        return 1
+    text = json.dumps(profile, indent=1) + "\n"
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"ksidecar audit profile: {len(profile)} API keys from {args.bootstrap_server} "
+              f"written to {args.out}", file=out or sys.stdout)
+    else:
+        (out or sys.stdout).write(text)
+    return 0
 
 
 def run(args: argparse.Namespace, spark: SparkSession | None = None, out: TextIO | None = None) -> int:

@@ -21,11 +21,14 @@ Expectations, written by hand:
   exactly Fetch [3] and JoinGroup [1]. Its ApiVersions is v0, which has no software
   fields: it shows as unknown software, with its client.id and principal.
 * aiokafka and confluent-kafka use versions 4.0 serves: neither is named.
+* Against Tansu's own profile (``ksidecar audit profile``, captured from the broker itself)
+  kafka-python is not named: Tansu served its Fetch v3 and JoinGroup v1 (passthrough).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import time
@@ -42,7 +45,8 @@ from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
 from proxy.tools.rig.tansu import TansuServer
 from proxy.tools.rig.zookeeper import ZooKeeperServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Four clients, a sidecar process and two Spark runs: about three minutes under load.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 RECORDS = 50
 LEGACY, AIO, CONFLUENT = "legacy-kafka-python", "aiokafka-app", "confluent-app"
@@ -172,7 +176,8 @@ def run_confluent(bootstrap: str, topic: str, group: str) -> list[bytes]:
 
 
 def test_readiness_for_4_0_names_the_pinned_kafka_python_client_only(
-    sidecar: SidecarServer, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sidecar: SidecarServer, tansu: TansuServer, spark: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import confluent_kafka
 
@@ -194,6 +199,16 @@ def test_readiness_for_4_0_names_the_pinned_kafka_python_client_only(
     for name, client in runs.items():
         got = client(sidecar.bootstrap, topics[name], f"g-{topics[name]}")
         assert sorted(got) == sorted(f"{topics[name]}-{i}".encode() for i in range(RECORDS)), name
+
+    # The broker's own ApiVersions as a target profile, with the command as a process.
+    profile = tmp_path / "tansu.json"
+    captured = subprocess.run(
+        [sys.executable, "-m", "proxy.tools.cli", "audit", "profile", "--bootstrap-server",
+         tansu.bootstrap, "--out", str(profile)],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert captured.returncode == 0, captured.stderr
+    tansu_serves = {int(k): tuple(v) for k, v in json.loads(profile.read_text()).items()}
+    assert tansu_serves[18][0] == 0 and 1 in tansu_serves
 
     assert sidecar.stop() == 0  # SIGTERM: every audit row lands in a visible file
     versions = {pq.read_schema(p).metadata[b"ksidecar.audit.schema"]
@@ -232,6 +247,16 @@ def test_readiness_for_4_0_names_the_pinned_kafka_python_client_only(
         "Fetch (1)", "JoinGroup (11)"}, text
 
     matrix = pq.read_table(out / "matrix").to_pylist()
+    # Against Tansu's profile: the target is that file, and kafka-python is not named.
+    monkeypatch.setattr(readiness, "run", lambda args: run_here(args, spark, io.StringIO()))
+    assert cli.main(["audit", "readiness", "--audit", str(audit), "--target", str(profile),
+                     "--out", str(tmp_path / "on-tansu")]) == 0
+    target = pq.read_table(tmp_path / "on-tansu" / "target").to_pylist()
+    assert {t["api_key"]: (t["min_version"], t["max_version"]) for t in target} == tansu_serves
+    assert {t["target"] for t in target} == {"profile tansu.json"}
+    on_tansu = pq.read_table(tmp_path / "on-tansu" / "breaking").to_pylist()
+    assert LEGACY not in {r["client_id"] for r in on_tansu}, on_tansu
+
     # Unknown software is split by client.id in the matrix: kafka-python's row alone has
     # the removed versions; aiokafka (no software name either) is a row of its own.
     seen = {(m["client_id"], m["api_name"], m["api_version"], m["supported"])
