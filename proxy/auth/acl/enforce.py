@@ -477,13 +477,15 @@ def _merge(answer: dict[str, Any], level: Level, made: list[dict[str, Any]]) -> 
     inner = level.inner
     for entry in made:
         keys = {k: v for k, v in entry.items() if not isinstance(v, list) and k not in ("ErrorCode", "ErrorMessage")}
-        twin = next((e for e in existing if all(_value(e, k) == v for k, v in keys.items() if k in e)), None)
-        if twin is None:
+        at = next((i for i, e in enumerate(existing) if all(_value(e, k) == v for k, v in keys.items() if k in e)),
+                  None)
+        if at is None:
             existing.append(entry)
-        else:
-            if not isinstance(twin, dict):
-                twin = dict(twin)
-            _merge(twin, inner, entry.get(inner.response) or [])
+            continue
+        twin = existing[at]
+        if not isinstance(twin, dict):  # decoded answers are dicts; anything else is copied in place
+            twin = existing[at] = dict(twin)
+        _merge(twin, inner, entry.get(inner.response) or [])
 
 
 def _filter(answer: dict[str, Any], path: Path | None, keep: Callable[[list[Any]], list[Any]]) -> None:
