@@ -601,8 +601,9 @@ def _readiness(p: page.Page, data: Path, still: list[charts.Spec]) -> str:
     if matrix_spec is not None:
         still.append(matrix_spec)
     unknown = sum(1 for r in clients.to_pylist() if r["software_name"] is None)
-    more = (f" The matrix shows the {MATRIX_SOFTWARE} client software with the most requests "
-            f"of {len(per_software)}." if len(per_software) > MATRIX_SOFTWARE else "")
+    more = (f" The matrix shows the {MATRIX_SOFTWARE} of its {len(per_software)} rows with the "
+            "most requests (a row per client software; unknown software, one per client.id)."
+            if len(per_software) > MATRIX_SOFTWARE else "")
     if clients.num_rows == 0:
         verdict = ("Not enough data: the audit read has no requests, so it cannot tell which "
                    "clients would break.")
