@@ -412,14 +412,17 @@ class Connection:
             route = self._unparsed(route, header)
         if authorization is not None and route is not UNSUPPORTED and route is not OPAQUE:
             local = isinstance(route, LocalApi)
-            action, denials = authorization.check(header, body[header.size :], self.context,
-                                                  record.expects_response, local=local)
-            if action is REFRESH:  # topic IDs nobody named yet: ask the broker, once
-                await self._send_upstream(parts)
-                self._deliver()
-                await authorization.refresh()
+            try:
                 action, denials = authorization.check(header, body[header.size :], self.context,
-                                                      record.expects_response, local=local, refreshed=True)
+                                                      record.expects_response, local=local)
+                if action is REFRESH:  # topic IDs nobody named yet: ask the broker, once
+                    await self._send_upstream(parts)
+                    self._deliver()
+                    await authorization.refresh()
+                    action, denials = authorization.check(header, body[header.size :], self.context,
+                                                          record.expects_response, local=local, refreshed=True)
+            except ProtocolError as exc:  # a body that cannot be read cannot be authorized
+                raise ConnectionClosed("bad_request", f"api key {header.api_key} v{header.api_version}: {exc}") from None
             if isinstance(action, Refuse):
                 raise ConnectionClosed("authorization_failed", action.reason)
             if isinstance(action, Refused):

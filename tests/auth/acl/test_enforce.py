@@ -8,12 +8,16 @@ principal may not describe.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol.apis import DEFAULT_REGISTRY
+from protocol.errors import ProtocolError
 from protocol.schema import decode, encode
 from proxy.auth.acl.enforce import (
     ALLOWED,
@@ -257,3 +261,15 @@ def test_picked_fields_equal_the_decoded_ones(key: int, version: int, body: dict
     full = decode(api.request, version, raw)
     for path in paths_for(key, version):
         assert values_at(light, path) == values_at(full, path), path
+
+
+@settings(max_examples=300)
+@given(key=st.sampled_from([0, 1, 3, 8, 9, 11, 19]), data=st.binary(max_size=200))
+def test_garbage_bodies_raise_only_protocol_errors(key: int, data: bytes) -> None:
+    """Whatever the bytes, deciding on them either works or raises a ProtocolError (the
+    connection then closes with ``bad_request``), never anything else."""
+    api = DEFAULT_REGISTRY.api(key)
+    version = api.versions.hi or 0
+    facts = RequestFacts(principal=ALICE, host=HOST, api_key=key, api_version=version)
+    with contextlib.suppress(ProtocolError):
+        Enforcer(api, version).enforce(AUTHORIZER, facts, data)
