@@ -19,11 +19,11 @@ TOPICS = TopicsSnapshot.of(
 
 #: alice may Describe every orders- topic but orders-secret; bob only orders-us.
 RIGHTS = {"User:alice": {"orders-eu", "orders-us"}, "User:bob": {"orders-us"}}
-ASKED: list[tuple[str, str, frozenset[str]]] = []
+asked: list[tuple[str, str, frozenset[str]]] = []
 
 
 def access(principal: str, host: str, names: set[str]) -> set[str]:
-    ASKED.append((principal, host, frozenset(names)))
+    asked.append((principal, host, frozenset(names)))
     return names & RIGHTS.get(principal, set())
 
 
@@ -33,11 +33,11 @@ def member(member_id: str, principal: str, regex: str | None, names: tuple[str, 
 
 
 def test_regex_filtered_by_the_members_rights() -> None:
-    ASKED.clear()
+    asked.clear()
     alice = member("a", "User:alice", "orders-.*")
     assert alice.subscribed_topics(TOPICS) == {"orders-eu", "orders-us", "orders-secret"}  # no ACLs
     assert alice.subscribed_topics(TOPICS, access) == {"orders-eu", "orders-us"}
-    assert ASKED == [("User:alice", "10.0.0.5", frozenset({"orders-eu", "orders-us", "orders-secret"}))]
+    assert asked == [("User:alice", "10.0.0.5", frozenset({"orders-eu", "orders-us", "orders-secret"}))]
 
 
 def test_explicit_names_are_not_filtered_here() -> None:
