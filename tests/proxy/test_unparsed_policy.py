@@ -9,11 +9,12 @@ Tansu as it is. Expected frames are written here by hand.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import trio
 
+from observers.api import Observer
 from protocol.apis import DEFAULT_REGISTRY
 from protocol.framing import EOF, NEED_DATA, FrameDecoder, encode_frame
 from protocol.schema import decode, encode
@@ -21,13 +22,30 @@ from proxy.config.keys import ConfigError, build_config
 from proxy.control.server import Sidecar
 from proxy.tools.rig.tansu import TansuServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
-from tests.proxy.wire import Wire, request_frame, sample
+from tests.proxy.wire import CLIENT_ID, Wire, request_frame, sample, wait_until
 
 pytestmark = pytest.mark.integration
 
 #: A key no Kafka release has, as a vendor's build would add.
 VENDOR_KEY = 20001
 API_VERSIONS = 18
+
+
+class HeaderObserver(Observer):
+    """Keeps what observers learn of each request (named by import path below)."""
+
+    name = "headers"
+    seen: ClassVar[list[tuple[int, int, str | None, str, bool]]] = []
+
+    def wants(self, api_key: int, api_version: int) -> bool:
+        return True
+
+    def record_request(self, request: Any, client_address: Any, principal: str, api_key: int,
+                       api_version: int, correlation: Any, info: Any) -> None:
+        HeaderObserver.seen.append((api_key, api_version, info.client_id, principal, info.local))
+
+    def record_response(self, *args: Any) -> None:
+        pass
 
 
 async def _frames(stream: trio.abc.Stream, decoder: FrameDecoder) -> bytes | None:
@@ -110,7 +128,9 @@ async def advertised(wire: Wire) -> dict[int, tuple[int, int]]:
 
 
 async def test_forward_passes_a_vendor_key_through(nursery: trio.Nursery, start_sidecar: StartSidecar) -> None:
-    sidecar, wire = await relay_and_sidecar(nursery, start_sidecar, "forward")
+    HeaderObserver.seen.clear()
+    sidecar, wire = await relay_and_sidecar(nursery, start_sidecar, "forward",
+                                            observer_class_names=f"{__name__}.HeaderObserver")
     try:
         with trio.fail_after(10):
             ranges = await advertised(wire)
@@ -124,6 +144,9 @@ async def test_forward_passes_a_vendor_key_through(nursery: trio.Nursery, start_
                       outcome="forwarded") == 1
         # The connection goes on: a parsed request after it is served as usual.
         assert (await advertised(wire))[VENDOR_KEY] == (0, 2)
+        # Observers (the audit among them) get it from its header: key, version, client id.
+        await wait_until(lambda: any(k == VENDOR_KEY for k, *_ in HeaderObserver.seen))
+        assert (VENDOR_KEY, 1, CLIENT_ID, "User:ANONYMOUS", False) in HeaderObserver.seen
     finally:
         await wire.aclose()
 
