@@ -603,6 +603,46 @@ def test_a_frozen_owner_whose_session_expired_is_fenced_and_its_groups_come_back
                 assert stored.get(p, -1) >= offset, (g, p, stored.get(p), offset)
 
 
+def test_all_zookeeper_servers_down_past_the_session_then_back(fleet: Fleet) -> None:
+    """The whole ensemble stopped for longer than the sidecars' session timeout, then
+    started again. ZooKeeper keeps sessions across its restart (their timeouts start over
+    once a leader is elected), so the sidecars find their sessions and claims still there:
+    meanwhile (SUSPENDED) commits are refused and heartbeats answered from memory; afterwards
+    commits resume and no acknowledged offset is lost. (A group may still rebalance: a
+    librdkafka member whose commits fail looks for its coordinator again and can stop
+    heartbeating past its own session timeout; seen once with an 11 s outage.)"""
+    live = fleet.live()
+    names = groups_owned_by(1, live, 1, "outage") + groups_owned_by(3, live, 1, "outage")
+    groups = start_groups(fleet, names)
+    try:
+        stopped_at = time.monotonic()
+        for index in range(fleet.ensemble.size):
+            fleet.ensemble.stop_server(index)
+        acked_before = {(g, id(m)): m.acked_by(stopped_at) for g, ms in groups.members.items() for m in ms}
+        time.sleep(ZK_SESSION_MS / 1000 + 2)
+        failed_during = sum(m.failed_commits for m in groups.all())
+        for index in range(fleet.ensemble.size):
+            fleet.ensemble.start_server(index, wait=False)
+        fleet.ensemble.wait_serving()
+        back_at = time.monotonic()
+        resumed = wait_until(lambda: committing_since(groups, back_at), 60, "commits after the outage")
+        print(f"\nZooKeeper ensemble down {back_at - stopped_at:.1f} s: commits refused meanwhile "
+              f"({failed_during} failed), resumed {resumed:.2f} s after the quorum was back")
+        assert [claim_holder(fleet, g) for g in names] == [1, 3]  # the same sessions, the same claims
+    finally:
+        groups.stop()
+    for m in groups.all():
+        assert m.error is None, m.error
+    for g, ms in groups.members.items():
+        stored = stored_offsets(fleet, g, groups.topic)
+        for m in ms:
+            for p, offset in acked_before[(g, id(m))].items():
+                assert stored.get(p, -1) >= offset, (g, p, stored.get(p), offset)
+            # Nor was anything acknowledged during the outage that ZooKeeper does not hold.
+            for p, offset in m.acked_by(time.monotonic()).items():
+                assert stored.get(p, -1) >= offset, (g, p, stored.get(p), offset)
+
+
 def test_one_zookeeper_server_down_changes_nothing_for_clients(fleet: Fleet) -> None:
     live = fleet.live()
     names = groups_owned_by(1, live, 1, "quorum") + groups_owned_by(2, live, 1, "quorum")

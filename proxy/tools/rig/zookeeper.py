@@ -262,12 +262,14 @@ class ZooKeeperEnsemble:
                               probe=lambda: four_letter_word(self.host, port, "ruok") == "imok",
                               cwd=self.work_dir, start_timeout=self.start_timeout)
 
-    def start_server(self, index: int) -> None:
-        """Start (or restart) server ``index`` (0-based) and wait until it serves."""
+    def start_server(self, index: int, *, wait: bool = True) -> None:
+        """Start (or restart) server ``index`` (0-based) and wait until it serves (with
+        ``wait=False`` only until it runs: alone, a server cannot serve without a quorum)."""
         process = self._process(index)
         self.processes[index] = process
         process.start()
-        self.wait_serving([index])
+        if wait:
+            self.wait_serving([index])
 
     def stop_server(self, index: int, *, kill: bool = False) -> None:
         """Stop server ``index``: SIGTERM (or SIGKILL with ``kill``)."""
