@@ -38,6 +38,7 @@ from protocol.pick import Picker, Unpickable
 from protocol.schema import decode, encode, struct_defaults
 from protocol.spec import FieldSpec
 from proxy.auth.acl.evaluate import Authorizer, Denial, DeniedPart, RequestFacts, Verdict
+from proxy.auth.acl.model import Operation
 from proxy.auth.acl.requests import Check, OnDeny, Path, checks_for, paths_for
 
 #: Metadata's API key: its answer is always the broker's (brokers, cluster id).
@@ -276,12 +277,12 @@ class Enforcer:
         if raw is not None and facts.body is None and self._needs_body:
             if self._picker is not None:
                 light = picked_body(self.api.request.fields, self._selection, self._picker.pick(self.version, raw))
-                verdict = authorizer.decide(_with_body(facts, light))
+                verdict = _existing_need_no_create(authorizer.decide(_with_body(facts, light)), facts)
                 if verdict.allowed and not verdict.response_filters:
                     return ALLOWED
             body = decode(self.api.request, self.version, raw, allow_trailing=True)
             facts = _with_body(facts, body)
-        verdict = authorizer.decide(facts)
+        verdict = _existing_need_no_create(authorizer.decide(facts), facts)
         if verdict.allowed and not verdict.response_filters:
             return ALLOWED
         return Enforcement(self._act(authorizer, facts, verdict, body, expects_response), verdict.denials)
@@ -435,6 +436,26 @@ class Enforcer:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+def _existing_need_no_create(verdict: Verdict, facts: RequestFacts) -> Verdict:
+    """Kafka asks for Create only for topics that do not exist: auto-creation refused for
+    topics known to exist (named in ``facts.topic_names``) is no refusal at all."""
+    existing = set(facts.topic_names.values())
+    if not existing or not any(p.on_deny is OnDeny.NO_AUTO_CREATE for p in verdict.parts):
+        return verdict
+    dropped: set[tuple[str, Operation]] = set()
+    parts = []
+    for part in verdict.parts:
+        if part.on_deny is OnDeny.NO_AUTO_CREATE and part.values and set(map(str, part.values)) <= existing:
+            dropped.update((str(v), part.operation) for v in part.values)
+            continue
+        parts.append(part)
+    if not dropped:
+        return verdict
+    denials = tuple(d for d in verdict.denials if (d.name, d.operation) not in dropped)
+    return Verdict(refuse=verdict.refuse, parts=tuple(parts), response_filters=verdict.response_filters,
+                   denials=denials)
 
 
 def _with_body(facts: RequestFacts, body: Any) -> RequestFacts:

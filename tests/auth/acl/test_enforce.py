@@ -273,3 +273,17 @@ def test_garbage_bodies_raise_only_protocol_errors(key: int, data: bytes) -> Non
     facts = RequestFacts(principal=ALICE, host=HOST, api_key=key, api_version=version)
     with contextlib.suppress(ProtocolError):
         Enforcer(api, version).enforce(AUTHORIZER, facts, data)
+
+
+def test_auto_creation_of_an_existing_topic_is_no_refusal() -> None:
+    """Kafka asks for Create only for topics that do not exist: a producer's Metadata with
+    AllowAutoTopicCreation for a topic the sidecar knows exists is left alone."""
+    body = {"Topics": [{"Name": "orders-eu"}], "AllowAutoTopicCreation": True}
+    known, _ = run(3, 12, body, topic_names={uuid.uuid4(): "orders-eu"})
+    action = known.action
+    assert isinstance(action, Forward) and action.body is None  # sent as it is (patched: listing filter)
+    assert known.denials == ()
+    unknown, enforcer = run(3, 12, body)
+    assert isinstance(unknown.action, Forward) and unknown.action.body is not None
+    assert decode(enforcer.api.request, 12, unknown.action.body)["AllowAutoTopicCreation"] is False
+    assert [(d.name, d.operation) for d in unknown.denials] == [("orders-eu", Operation.CREATE)]
