@@ -17,7 +17,8 @@ Features owned by the sidecar:
   consumer protocol (ConsumerGroupHeartbeat, ConsumerGroupDescribe: :data:`GATED_APIS`).
 * ``ksidecar.audit.format``: the audit files' schema version (observers/audit_schema.py).
   Level 0 writes version 2; level 1 writes version 3, which adds the client software
-  columns (``client_software_name``, ``client_software_version``). Every sidecar writes
+  columns (``client_software_name``, ``client_software_version``) and the ACL refusals
+  of each request (``denials``). Every sidecar writes
   the finalized level's version and switches when it changes, so a rolling upgrade never
   writes files the fleet's older readers cannot read. The ``ksidecar.`` prefix keeps the
   name out of Kafka's namespace (Kafka's are ``metadata.version``, ``kraft.version``,
