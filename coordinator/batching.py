@@ -63,11 +63,12 @@ class CommitBatcher:
 def flatten(batch: Iterable[WriteSet]) -> list[Write]:
     """The writes of a batch with superseded ones dropped, order otherwise kept: the last
     write to a partition or a registry wins, and deleting a group drops what came before
-    for that group (writes after the deletion recreate it)."""
+    for that group (writes after the deletion recreate it). Written-behind records are
+    rendered here, one per group (call it where the groups live: the event loop)."""
     final: dict[Hashable, Write] = {}
     for write_set in batch:
         for w in write_set.writes:
-            if isinstance(w, GroupWrite) and w.record is None:
+            if isinstance(w, GroupWrite) and w.deletes:
                 for stale in [k for k in final if isinstance(k, tuple) and k[1] == w.group_id]:
                     del final[stale]
                 final[("delete", w.group_id)] = w
@@ -76,4 +77,4 @@ def flatten(batch: Iterable[WriteSet]) -> list[Write]:
                              else ("registry", w.group_id))
             final.pop(key, None)
             final[key] = w
-    return list(final.values())
+    return [w.rendered() if isinstance(w, GroupWrite) else w for w in final.values()]

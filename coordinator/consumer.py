@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import replace
+from uuid import UUID
 
 from coordinator.assignors import ASSIGNORS, Assignment, MemberSpec
 from coordinator.consumer_group import (
@@ -34,6 +35,8 @@ from coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     ConsumerState,
+    RegexKey,
+    resolve_regex,
 )
 from coordinator.context import Context
 from coordinator.errors import Code, GroupError
@@ -61,6 +64,8 @@ class ConsumerProtocol:
         self.topics = TopicsSnapshot()
         #: The epoch a member in UNREVOKED_PARTITIONS must leave before its rebalance timeout.
         self._rebalance_epoch: dict[tuple[str, str], int] = {}
+        #: Target assignments computed so far (one per group epoch that a heartbeat needed).
+        self.target_computations = 0
 
     # -- validation ----------------------------------------------------------------------
 
@@ -224,17 +229,32 @@ class ConsumerProtocol:
         return False
 
     def _refresh_target(self, group: ConsumerGroup) -> None:
+        """A new target assignment, once per group epoch, when a heartbeat needs it."""
         if group.group_epoch <= group.assignment_epoch:
             return
-        names = {n: info for n, info in group.subscription_metadata.items()}
+        self.target_computations += 1
+        names = group.subscription_metadata
         counts = {tid: count for tid, count in names.values()}
-        specs = {
-            m.member_id: MemberSpec(
-                subscribed=frozenset(names[n][0] for n in m.subscribed_topics(self.topics, self.ctx.topic_access)
-                                     if n in names),
-                current=group.target.get(m.member_id, {}))
-            for m in group.members.values()
-        }
+        resolved: dict[RegexKey, frozenset[UUID]] = {}
+        by_name: dict[tuple[str, ...], frozenset[UUID]] = {}
+
+        def subscribed(m: ConsumerMember) -> frozenset[UUID]:
+            # Members mostly share their subscription: each distinct one is resolved once.
+            ids = by_name.get(m.subscribed_topic_names)
+            if ids is None:
+                ids = by_name[m.subscribed_topic_names] = frozenset(
+                    names[n][0] for n in m.subscribed_topic_names if n in names)
+            if not m.subscribed_topic_regex:
+                return ids
+            key = m.regex_key()
+            matched = resolved.get(key)
+            if matched is None:
+                matched = resolved[key] = frozenset(
+                    names[n][0] for n in resolve_regex(key, self.topics, self.ctx.topic_access) if n in names)
+            return ids | matched
+
+        specs = {m.member_id: MemberSpec(subscribed=subscribed(m), current=group.target.get(m.member_id, {}))
+                 for m in group.members.values()}
         group.target = ASSIGNORS[self.assignor_of(group)](specs, counts)
         group.assignment_epoch = group.group_epoch
 
@@ -255,9 +275,8 @@ class ConsumerProtocol:
             return member
         # Its own partitions pending revocation count as held (``currentPartitionEpoch``):
         # one given back to it waits until its revocation is recorded.
-        holders = group.partition_epochs()
         step = reconcile(current, target_epoch=epoch, target=group.target.get(member.member_id, {}),
-                         partition_epoch=lambda t, p: holders.get((t, p), -1), owned=owned)
+                         partition_epoch=group.partition_epoch, owned=owned)
         if step == current:
             return member
         updated = member.with_assignment(step)
@@ -335,7 +354,7 @@ class ConsumerProtocol:
 
     def abandon(self, group_id: str) -> None:
         """This sidecar stops serving ``group_id`` (hand-over): forget its bookkeeping."""
-        for key in [k for k in self._rebalance_epoch if k[0] == group_id]:
+        for key in [k for k in self._rebalance_epoch if k[1] == group_id]:
             del self._rebalance_epoch[key]
 
     def delete(self, group: ConsumerGroup) -> None:
@@ -349,7 +368,9 @@ class ConsumerProtocol:
         if group.rebalance_started is not None and group.state in (ConsumerState.STABLE, ConsumerState.EMPTY):
             self.ctx.outbox.rebalanced(group.group_id, "consumer", group.group_epoch, group.rebalance_started, now)
             group.rebalance_started = None
-        self.ctx.outbox.write(GroupWrite(group_id=group.group_id, record=group.to_record()))
+        # Write-behind: the record is rendered when the writer takes the batch, so a burst
+        # of heartbeats costs one record per ZooKeeper transaction, not one each.
+        self.ctx.outbox.write(GroupWrite(group_id=group.group_id, record=None, source=group.to_record))
 
 
 def _check_epoch(member: ConsumerMember, received: int, owned: tuple[TopicPartitions, ...] | None) -> None:

@@ -36,6 +36,22 @@ class ConsumerState(Enum):
     DEAD = "Dead"
 
 
+RegexKey = tuple[str, str, str]
+"""A regex subscription as it resolves: (regex, principal, host)."""
+
+
+def resolve_regex(key: RegexKey, topics: TopicsSnapshot, access: TopicAccess | None) -> set[str]:
+    """The topic names a regex subscription resolves to for its principal and host."""
+    regex, principal, host = key
+    # Validated on the way in; a stored bad one matches nothing.
+    with contextlib.suppress(re.error):
+        matched = topics.matching(re.compile(regex))
+        if access is not None and matched:
+            matched = access(principal, host, matched)
+        return matched
+    return set()
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ConsumerMember:
     """One member of a consumer group (``ConsumerGroupMember``); replaced, never mutated."""
@@ -62,13 +78,12 @@ class ConsumerMember:
         regexes; names it subscribes by name are checked on the request itself)."""
         names = set(self.subscribed_topic_names)
         if self.subscribed_topic_regex:
-            # Validated on the way in; a stored bad one matches nothing.
-            with contextlib.suppress(re.error):
-                matched = topics.matching(re.compile(self.subscribed_topic_regex))
-                if access is not None and matched:
-                    matched = access(self.client.principal, self.client.client_host.lstrip("/"), matched)
-                names |= matched
+            names |= resolve_regex(self.regex_key(), topics, access)
         return names
+
+    def regex_key(self) -> RegexKey:
+        """What its regex resolves from: the regex, its principal and its host."""
+        return (self.subscribed_topic_regex or "", self.client.principal, self.client.client_host.lstrip("/"))
 
     def with_assignment(self, assignment: Reconciled) -> ConsumerMember:
         """This member with a new reconciliation state."""
@@ -77,7 +92,13 @@ class ConsumerMember:
 
 @dataclass(kw_only=True, slots=True)
 class ConsumerGroup:
-    """A KIP-848 consumer group."""
+    """A KIP-848 consumer group.
+
+    ``members`` is read freely but changed only through :meth:`put` and :meth:`remove`:
+    they keep the indexes that answer the questions every heartbeat asks (who holds a
+    partition, is the group Stable, which topics are subscribed) without a pass over
+    every member, which would make a group's formation quadratic in its size.
+    """
 
     group_id: str
     group_epoch: int = 0
@@ -92,6 +113,15 @@ class ConsumerGroup:
     dead: bool = False
     #: When the current rebalance started (metrics), or ``None``.
     rebalance_started: int | None = None
+    #: (topic, partition) -> the member holding it, assigned or pending revocation
+    #: (Kafka's ``currentPartitionEpoch`` keeps the same map, by epoch).
+    _holders: dict[tuple[UUID, int], str] = field(default_factory=dict, init=False, repr=False)
+    #: member epoch -> how many members are STABLE at that epoch.
+    _stable_at: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    #: Topic name -> how many members subscribe to it by name.
+    _names: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    #: Regex subscription -> how many members have it.
+    _regexes: dict[RegexKey, int] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def state(self) -> ConsumerState:
@@ -102,9 +132,9 @@ class ConsumerGroup:
             return ConsumerState.EMPTY
         if self.group_epoch > self.assignment_epoch:
             return ConsumerState.ASSIGNING
-        for m in self.members.values():
-            if m.assignment.state is not MemberState.STABLE or m.member_epoch != self.assignment_epoch:
-                return ConsumerState.RECONCILING
+        # Stable: every member STABLE at the assignment epoch.
+        if self._stable_at.get(self.assignment_epoch, 0) != len(self.members):
+            return ConsumerState.RECONCILING
         return ConsumerState.STABLE
 
     def is_empty(self) -> bool:
@@ -113,7 +143,11 @@ class ConsumerGroup:
 
     def put(self, member: ConsumerMember) -> None:
         """Add or replace a member."""
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._unindex(old)
         self.members[member.member_id] = member
+        self._index(member)
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
 
@@ -121,10 +155,37 @@ class ConsumerGroup:
         """Remove a member and its target assignment."""
         member = self.members.pop(member_id, None)
         self.target.pop(member_id, None)
-        if member is not None and member.instance_id is not None \
-                and self.static_members.get(member.instance_id) == member_id:
-            del self.static_members[member.instance_id]
+        if member is not None:
+            self._unindex(member)
+            if member.instance_id is not None and self.static_members.get(member.instance_id) == member_id:
+                del self.static_members[member.instance_id]
         return member
+
+    def _index(self, m: ConsumerMember) -> None:
+        for held in (m.assignment.assigned, m.assignment.pending_revocation):
+            for topic, parts in held.items():
+                for p in parts:
+                    self._holders[(topic, p)] = m.member_id
+        if m.assignment.state is MemberState.STABLE:
+            self._stable_at[m.member_epoch] = self._stable_at.get(m.member_epoch, 0) + 1
+        for name in m.subscribed_topic_names:
+            self._names[name] = self._names.get(name, 0) + 1
+        if m.subscribed_topic_regex:
+            key = m.regex_key()
+            self._regexes[key] = self._regexes.get(key, 0) + 1
+
+    def _unindex(self, m: ConsumerMember) -> None:
+        for held in (m.assignment.assigned, m.assignment.pending_revocation):
+            for topic, parts in held.items():
+                for p in parts:
+                    if self._holders.get((topic, p)) == m.member_id:
+                        del self._holders[(topic, p)]
+        if m.assignment.state is MemberState.STABLE:
+            _decrement(self._stable_at, m.member_epoch)
+        for name in m.subscribed_topic_names:
+            _decrement(self._names, name)
+        if m.subscribed_topic_regex:
+            _decrement(self._regexes, m.regex_key())
 
     def member(self, member_id: str) -> ConsumerMember:
         """A member, or UNKNOWN_MEMBER_ID."""
@@ -139,24 +200,22 @@ class ConsumerGroup:
         member_id = self.static_members.get(instance_id)
         return None if member_id is None else self.members.get(member_id)
 
+    def partition_epoch(self, topic: UUID, partition: int) -> int:
+        """The epoch of the member holding a partition, assigned or pending revocation
+        (``currentPartitionEpoch``), or -1 when nobody holds it."""
+        holder = self._holders.get((topic, partition))
+        return -1 if holder is None else self.members[holder].member_epoch
+
     def partition_epochs(self, exclude: str | None = None) -> dict[tuple[UUID, int], int]:
         """Who holds what: (topic, partition) -> the holder's epoch (``currentPartitionEpoch``),
         counting assigned and pending-revocation partitions."""
-        epochs: dict[tuple[UUID, int], int] = {}
-        for m in self.members.values():
-            if m.member_id == exclude:
-                continue
-            for held in (m.assignment.assigned, m.assignment.pending_revocation):
-                for topic, parts in held.items():
-                    for p in parts:
-                        epochs[(topic, p)] = m.member_epoch
-        return epochs
+        return {tp: self.members[m].member_epoch for tp, m in self._holders.items() if m != exclude}
 
     def subscribed_topics(self, topics: TopicsSnapshot, access: TopicAccess | None = None) -> set[str]:
-        """Every topic name some member subscribes to."""
-        names: set[str] = set()
-        for m in self.members.values():
-            names |= m.subscribed_topics(topics, access)
+        """Every topic name some member subscribes to (each distinct regex resolved once)."""
+        names = set(self._names)
+        for key in self._regexes:
+            names |= resolve_regex(key, topics, access)
         return names
 
     def compute_subscription_metadata(self, topics: TopicsSnapshot,
@@ -167,8 +226,7 @@ class ConsumerGroup:
 
     def is_subscribed_to(self, topic: str) -> bool:
         """Whether a member subscribes to ``topic`` (by name or through the last metadata)."""
-        return topic in self.subscription_metadata or any(
-            topic in m.subscribed_topic_names for m in self.members.values())
+        return topic in self.subscription_metadata or topic in self._names
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -259,3 +317,11 @@ class ConsumerGroup:
             ))
             group.target[raw["member_id"]] = parts(raw.get("target", {}))
         return group
+
+
+def _decrement(counts: dict[Any, int], key: Any) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

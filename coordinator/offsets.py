@@ -115,7 +115,7 @@ class Offsets:
                     offsets.pop((w.topic, w.partition), None)
                 else:
                     offsets[(w.topic, w.partition)] = w.value
-            elif w.record is None:
+            elif w.deletes:
                 self.committed.pop(w.group_id, None)
 
     # -- OffsetFetch ---------------------------------------------------------------------

@@ -16,7 +16,8 @@ connection has gone; the core never needs to hear about it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from coordinator.messages.common import Wire
@@ -67,10 +68,28 @@ class OffsetWrite:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GroupWrite:
-    """Store a group's registry record, or (``None``) delete the group and its offsets."""
+    """Store a group's registry record, or (``None`` and no ``source``) delete the group
+    and its offsets.
+
+    With a ``source`` the record is written behind: :func:`coordinator.batching.flatten`
+    renders it when the writer takes the batch, once for the last write of each group, so
+    the record stored is the group as it is then (never older than when this was queued).
+    """
 
     group_id: str
     record: dict[str, Any] | None
+    source: Callable[[], dict[str, Any]] | None = field(default=None, compare=False)
+
+    @property
+    def deletes(self) -> bool:
+        """Whether this write deletes the group."""
+        return self.record is None and self.source is None
+
+    def rendered(self) -> GroupWrite:
+        """This write with its record rendered (itself when it has no ``source``)."""
+        if self.source is None:
+            return self
+        return GroupWrite(group_id=self.group_id, record=self.source())
 
 
 Write = OffsetWrite | GroupWrite

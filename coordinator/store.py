@@ -85,15 +85,16 @@ class GroupStore:
                 else:
                     self._parents(topic_path(w.group_id, w.topic, self.root), ops, creating, deleting)
                     self._put(path, encode_offset(w.value), ops, creating, deleting)
-            elif isinstance(w, GroupWrite) and w.record is None:
+            elif isinstance(w, GroupWrite) and w.deletes:
                 for path in self._tree(group_path(w.group_id, self.root)):
                     if path not in deleting and path not in creating:
                         ops.append(("delete", path, b""))
                         deleting.add(path)
             else:
-                assert isinstance(w, GroupWrite) and w.record is not None
+                record = w.rendered().record  # rendered already when it came through flatten()
+                assert record is not None
                 self._parents(group_path(w.group_id, self.root), ops, creating, deleting)
-                self._put(registry_path(w.group_id, self.root), encode_record(w.record), ops, creating, deleting)
+                self._put(registry_path(w.group_id, self.root), encode_record(record), ops, creating, deleting)
         try:
             for chunk in _chunks(ops):
                 self._commit(chunk, checks)

@@ -47,7 +47,8 @@ def test_explicit_names_are_not_filtered_here() -> None:
 
 def test_group_metadata_is_the_union_of_what_each_member_may_see() -> None:
     group = ConsumerGroup(group_id="g")
-    group.members = {"a": member("a", "User:alice", "orders-.*"), "b": member("b", "User:bob", "orders-e.*")}
+    group.put(member("a", "User:alice", "orders-.*"))
+    group.put(member("b", "User:bob", "orders-e.*"))
     metadata = group.compute_subscription_metadata(TOPICS, access)
     assert {n: count for n, (_id, count) in metadata.items()} == {"orders-eu": 3, "orders-us": 2}
     # bob's regex matches orders-eu, which he may not see; alice's brings it in for her.
