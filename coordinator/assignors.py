@@ -16,6 +16,7 @@ topic, and nothing to anyone else.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from uuid import UUID
@@ -92,17 +93,22 @@ def uniform_assignor(members: Mapping[str, MemberSpec], topics: Mapping[UUID, in
                 del owner[(topic, p)]
                 counts[m] -= 1
     # 3. Give out what nobody has, topics with the fewest takers first, to the least loaded.
+    #    The least loaded is the smallest (count, member id): a heap of the topic's takers,
+    #    built only for a topic with something to give (a join leaves a few partitions
+    #    free among thousands; a scan of every taker for each would be quadratic).
     for topic in sorted(topics, key=lambda t: (len(eligible[t]), str(t))):
         takers = eligible[topic]
-        if not takers:
+        free = [p for p in range(topics[topic]) if (topic, p) not in owner]
+        if not takers or not free:
             continue
-        for p in range(topics[topic]):
-            if (topic, p) in owner:
-                continue
-            m = min(takers, key=lambda m: (counts[m], m))
+        heap = [(counts[m], m) for m in takers]
+        heapq.heapify(heap)
+        for p in free:
+            _, m = heapq.heappop(heap)
             owner[(topic, p)] = m
             owned[m].setdefault(topic, set()).add(p)
             counts[m] += 1
+            heapq.heappush(heap, (counts[m], m))
     # 4. Even out: move a partition from a member with two more than another eligible one.
     #    (Steps 2 and 3 already balance a homogeneous group.)
     for _ in range(0 if homogeneous else sum(topics.values()) * max(len(members), 1)):

@@ -24,7 +24,7 @@ Theory of operation (Kafka's ``GroupMetadataManager``, consumer half):
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from uuid import UUID
 
 from coordinator.assignors import ASSIGNORS, Assignment, MemberSpec
@@ -54,6 +54,21 @@ CLIENT_MEMBER_ID_VERSION = 1
 
 SESSION = "consumer.session"
 REBALANCE = "consumer.rebalance"
+#: Due at once: compute the target the parked heartbeats of a group wait for, answer them.
+ASSIGN = "consumer.assign"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Parked:
+    """A heartbeat waiting for its group's next target assignment (batched mode)."""
+
+    ticket: int
+    member_id: str
+    #: The member before this heartbeat (what its answer reports changes against).
+    before: ConsumerMember
+    owned: tuple[TopicPartitions, ...] | None
+    #: Whether the answer carries the whole assignment even if unchanged.
+    full: bool
 
 
 class ConsumerProtocol:
@@ -66,6 +81,8 @@ class ConsumerProtocol:
         self._rebalance_epoch: dict[tuple[str, str], int] = {}
         #: Target assignments computed so far (one per group epoch that a heartbeat needed).
         self.target_computations = 0
+        #: Batched mode: heartbeats waiting for their group's next target, by group.
+        self._parked: dict[str, list[_Parked]] = {}
 
     # -- validation ----------------------------------------------------------------------
 
@@ -109,8 +126,9 @@ class ConsumerProtocol:
     # -- ConsumerGroupHeartbeat ----------------------------------------------------------
 
     def heartbeat(self, req: ConsumerGroupHeartbeatRequest, client: Client,
-                  now: int) -> ConsumerGroupHeartbeatResponse:
-        """Handle a ConsumerGroupHeartbeat (join, heartbeat, leave)."""
+                  now: int) -> ConsumerGroupHeartbeatResponse | int:
+        """Handle a ConsumerGroupHeartbeat (join, heartbeat, leave): its answer, or (batched
+        mode, the group needs a new target) the ticket of an answer given on the next tick."""
         try:
             self._validate(req)
             if req.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
@@ -132,7 +150,7 @@ class ConsumerProtocol:
         return fresh
 
     def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, client: Client,
-                   now: int) -> ConsumerGroupHeartbeatResponse:
+                   now: int) -> ConsumerGroupHeartbeatResponse | int:
         joining = req.member_epoch == JOIN_EPOCH
         group = self._group(req.group_id, joining, now)
         limit = self.ctx.settings.consumer_max_size
@@ -159,11 +177,22 @@ class ConsumerProtocol:
         group.put(updated)
         if bump:
             self._maybe_bump(group, force=True, now=now)
-        self._refresh_target(group)
-        final = self._reconcile(group, updated, req.topic_partitions, now)
         self.ctx.timers.set((SESSION, group.group_id, member_id), now + self.ctx.settings.consumer_session_timeout_ms)
         full = joining or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
                            and req.topic_partitions is not None)
+        if self.ctx.settings.consumer_assignment_batching and group.group_epoch > group.assignment_epoch:
+            # The group epoch moved on: every heartbeat that needs the new target until the
+            # tick waits for it, and the target is computed once for all of them.
+            ticket = self.ctx.outbox.ticket()
+            self._parked.setdefault(group.group_id, []).append(_Parked(
+                ticket=ticket, member_id=member_id, before=member, owned=req.topic_partitions, full=full))
+            if (ASSIGN, group.group_id) not in self.ctx.timers:
+                self.ctx.timers.set((ASSIGN, group.group_id), now)
+            if bump or updated != member:
+                self._persist(group, now)
+            return ticket
+        self._refresh_target(group)
+        final = self._reconcile(group, updated, req.topic_partitions, now)
         changed = final.assignment.assigned != member.assignment.assigned
         if bump or changed or final != member:
             self._persist(group, now)
@@ -333,8 +362,45 @@ class ConsumerProtocol:
             if isinstance(group, ConsumerGroup) and group.members and self._maybe_bump(group, force=False, now=now):
                 self._persist(group, now)
 
+    def _assign_parked(self, group_id: str, now: int) -> None:
+        """The tick of batched mode: one target for the group, then every parked heartbeat
+        reconciled against it and answered, in the order they came."""
+        parked = self._parked.pop(group_id, [])
+        group = self.ctx.groups.get(group_id)
+        if not isinstance(group, ConsumerGroup):
+            for p in parked:
+                self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
+                    error=Code.GROUP_ID_NOT_FOUND, error_message=f"Consumer group {group_id} not found."))
+            return
+        self._refresh_target(group)
+        dirty = False
+        for p in parked:
+            member = group.members.get(p.member_id)
+            if member is None:
+                self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
+                    error=Code.UNKNOWN_MEMBER_ID,
+                    error_message=f"Member {p.member_id} is not a member of group {group_id}."))
+                continue
+            try:
+                final = self._reconcile(group, member, p.owned, now)
+            except GroupError as exc:
+                self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
+                    error=exc.code, error_message=exc.message))
+                continue
+            changed = final.assignment.assigned != p.before.assignment.assigned
+            dirty = dirty or final != member
+            self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
+                member_id=p.member_id, member_epoch=final.member_epoch,
+                heartbeat_interval_ms=self.ctx.settings.consumer_heartbeat_interval_ms,
+                assignment=_as_wire(final.assignment.assigned) if p.full or changed else None))
+        if dirty or parked:
+            self._persist(group, now)
+
     def on_timer(self, key: tuple[Hashable, ...], now: int) -> None:
         """Handle one due timer of this protocol."""
+        if key[0] == ASSIGN:
+            self._assign_parked(str(key[1]), now)
+            return
         kind, group_id, member_id = key[0], str(key[1]), str(key[2])
         group = self.ctx.groups.get(group_id)
         if not isinstance(group, ConsumerGroup) or member_id not in group.members:
@@ -353,7 +419,11 @@ class ConsumerProtocol:
                                 now + self.ctx.settings.consumer_session_timeout_ms)
 
     def abandon(self, group_id: str) -> None:
-        """This sidecar stops serving ``group_id`` (hand-over): forget its bookkeeping."""
+        """This sidecar stops serving ``group_id`` (hand-over): forget its bookkeeping and
+        answer its parked heartbeats NOT_COORDINATOR (the members look it up again)."""
+        for p in self._parked.pop(group_id, []):
+            self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
+                error=Code.NOT_COORDINATOR, member_id=p.member_id))
         for key in [k for k in self._rebalance_epoch if k[1] == group_id]:
             del self._rebalance_epoch[key]
 

@@ -256,8 +256,17 @@ class ConsumerGroup:
 
     def to_record(self) -> dict[str, Any]:
         """The registry record (docs/coordinator.md, "group registry")."""
+        names: dict[UUID, str] = {}
+
         def parts(a: Assignment) -> dict[str, list[int]]:
-            return {str(t): sorted(ps) for t, ps in a.items()}
+            # str(UUID) is slow and the same few topics recur in every member.
+            out: dict[str, list[int]] = {}
+            for t, ps in a.items():
+                name = names.get(t)
+                if name is None:
+                    name = names[t] = str(t)
+                out[name] = sorted(ps)
+            return out
 
         return {
             "version": 1,

@@ -40,6 +40,13 @@ class CoordinatorSettings:
     consumer_session_timeout_ms: int = 45_000
     #: ``group.consumer.assignors``: server-side assignors, the first is the default.
     consumer_assignors: tuple[str, ...] = KNOWN_ASSIGNORS
+    #: Not a Kafka key (KIP-1263 batches the same way by time, with
+    #: ``group.consumer.assignment.interval.ms``): when a KIP-848 heartbeat finds its group
+    #: epoch ahead of the assignment epoch, it is parked and answered on the next tick
+    #: (a timer due at once), where one target is computed for every heartbeat parked
+    #: meanwhile. Off: each such heartbeat computes the target and is answered at once
+    #: (Kafka before 4.3). The shell, which runs the ticks, turns it on.
+    consumer_assignment_batching: bool = False
     #: ``group.consumer.max.size``: most members of a KIP-848 group.
     consumer_max_size: int = INT32_MAX
     #: ``offsets.retention.minutes``: committed offsets of a group that has been empty this

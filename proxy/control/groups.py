@@ -9,7 +9,9 @@ does what the core asks (docs/coordinator.md, "Calling the core"):
   transaction (``CommitBatcher``: commits that arrive while a write is in flight go
   together in the next), then tells the core, which releases the held answers;
 * one timer task sleeps until ``next_deadline()`` (re-read after every call) and calls
-  ``on_timer``: session expiry, rebalance timeouts, the initial rebalance delay;
+  ``on_timer``: session expiry, rebalance timeouts, the initial rebalance delay, and the
+  tick of batched KIP-848 assignment (due at once: it runs after the requests already
+  runnable, so a burst of joins shares one target assignment);
 * one metadata task asks the broker for the topics the groups subscribe to, every
   ``sidecar.coordinator.metadata.refresh.ms`` and at once when a subscription changes.
 
@@ -32,7 +34,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import trio
@@ -155,7 +157,9 @@ class GroupService:
         claim_wait: float = 5.0,
     ) -> None:
         self.clock = clock
-        self.core = GroupCoordinator(settings, now=clock())
+        # This shell runs the ticks batched assignment waits for (the timer task answers a
+        # parked ConsumerGroupHeartbeat as soon as the requests already runnable are handled).
+        self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=True), now=clock())
         self.zk = zk
         #: The fleet view (``None``: this sidecar serves every group, alone).
         self.fleet = Fleet() if fleet else None

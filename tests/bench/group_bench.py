@@ -478,6 +478,91 @@ write share the next one, so the commits per transaction is the batching at work
 """
 
 
+def core_formation(members: int, tick: int) -> dict[str, float]:
+    """The core alone, no I/O: ``members`` KIP-848 members join one group subscribed to a
+    topic of ``2 * members`` partitions, one call each, then heartbeat in turn (owning
+    what they were last told) until the group is Stable. ``tick``: the shell's tick (the
+    timer call that answers parked heartbeats, and the writer taking what is queued)
+    comes after every ``tick`` calls, in batched mode; 0: immediate mode (every call
+    answered at once), writes taken after every call."""
+    from coordinator.batching import flatten
+    from coordinator.consumer_group import ConsumerGroup, ConsumerState
+    from coordinator.core import GroupCoordinator
+    from coordinator.messages import (
+        Client,
+        ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse,
+        TopicPartitions,
+    )
+    from coordinator.outcome import GroupWrite, Step, WriteSet
+    from coordinator.settings import CoordinatorSettings
+    from coordinator.topics import TopicInfo, TopicsSnapshot
+
+    core = GroupCoordinator(CoordinatorSettings(consumer_assignment_batching=tick > 0), now=0)
+    topic_id = uuid.UUID(int=1)
+    core.update_topics(TopicsSnapshot.of([TopicInfo(name="t", topic_id=topic_id, partitions=2 * members)]), 0)
+    client = Client(client_id="bench", client_host="/127.0.0.1")
+    epochs: dict[str, int] = {}
+    owned: dict[str, tuple[TopicPartitions, ...]] = {}
+    tickets: dict[int, str] = {}
+    queued: list[WriteSet] = []
+    records = 0
+    calls = 0
+
+    def take(name: str, resp: object) -> None:
+        assert isinstance(resp, ConsumerGroupHeartbeatResponse) and resp.error == 0, resp
+        epochs[name] = resp.member_epoch
+        if resp.assignment is not None:
+            owned[name] = tuple(resp.assignment)
+
+    def absorb(step: Step[Any], member: str) -> None:
+        nonlocal calls
+        queued.extend(step.writes)
+        for answer in step.answers:
+            take(tickets.pop(answer.ticket), answer.response)
+        if step.response is not None:
+            take(member, step.response)
+        elif step.ticket is not None:
+            tickets[step.ticket] = member
+        calls += 1
+        if tick == 0 or calls % tick == 0:
+            flush()
+
+    def flush() -> None:
+        nonlocal records
+        if tick:
+            ticked = core.on_timer(0)
+            queued.extend(ticked.writes)
+            for answer in ticked.answers:
+                take(tickets.pop(answer.ticket), answer.response)
+        records += sum(1 for w in flatten(queued) if isinstance(w, GroupWrite))
+        queued.clear()
+
+    started = time.perf_counter()
+    for i in range(members):
+        name = f"member-{i:05d}"
+        absorb(core.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
+            version=1, group_id="g", member_id=name, member_epoch=0, rebalance_timeout_ms=30_000,
+            subscribed_topic_names=("t",), topic_partitions=()), client, 0), name)
+    flush()
+    joined = time.perf_counter()
+    group = core.ctx.groups["g"]
+    assert isinstance(group, ConsumerGroup)
+    rounds = 0
+    while group.state is not ConsumerState.STABLE:
+        rounds += 1
+        assert rounds < 20, "no Stable group after 20 rounds of heartbeats"
+        for name in list(epochs):
+            absorb(core.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
+                version=1, group_id="g", member_id=name, member_epoch=epochs[name],
+                topic_partitions=owned.get(name, ())), client, 0), name)
+        flush()
+    stable = time.perf_counter()
+    return {"members": members, "tick": tick, "joins_s": joined - started, "to_stable_s": stable - joined,
+            "total_s": stable - started, "rounds": rounds, "targets": core.consumer.target_computations,
+            "records": records, "group_epoch": group.group_epoch}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks and print the RESULTS.md section."""
     parser = argparse.ArgumentParser(prog="python -m tests.bench.group_bench", description=__doc__,
@@ -487,7 +572,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-seconds", type=float, default=10.0)
     parser.add_argument("--initial-delay-ms", type=int, default=100)
     parser.add_argument("--heartbeat-ms", type=int, default=500)
+    parser.add_argument("--core", type=str, default="",
+                        help="instead: the core alone, group sizes like 200,500,1000 (see core_formation)")
+    parser.add_argument("--tick", type=int, default=50,
+                        help="with --core: calls per tick in batched mode, 0 for immediate mode")
     args = parser.parse_args(argv)
+    if args.core:
+        for size in (int(n) for n in args.core.split(",")):
+            r = core_formation(size, args.tick)
+            print(f"{r['members']} members, tick {r['tick']}: joins {r['joins_s']:.2f} s, then Stable after "
+                  f"{r['to_stable_s']:.2f} s ({r['rounds']} rounds); total {r['total_s']:.2f} s; group epoch "
+                  f"{r['group_epoch']}, {r['targets']} target assignments, {r['records']} records written")
+        return 0
     if not (1 <= args.members <= 1000 and 1 <= args.repeats <= 20 and 0 < args.commit_seconds <= 120):
         parser.error("bounds: 1-1000 members, 1-20 repeats, commit seconds in (0, 120]")
     given = sys.argv[1:] if argv is None else argv

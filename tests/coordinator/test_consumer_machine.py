@@ -27,9 +27,10 @@ from coordinator.messages import (
     OffsetCommitRequest,
     TopicPartitions,
 )
+from coordinator.reconcile import MemberState
 from coordinator.topics import TopicInfo, TopicsSnapshot
 
-from .support import CLIENT, make
+from .support import CLIENT, answers, make
 
 T1, T2 = UUID(int=1), UUID(int=2)
 SESSION = 45_000
@@ -71,17 +72,19 @@ class ConsumerMachine(RuleBasedStateMachine):
         return g
 
     def send(self, m: Member, epoch: int, **kw: object) -> ConsumerGroupHeartbeatResponse:
+        step = self.core.consumer_group_heartbeat(self.request(m, epoch, **kw), CLIENT, self.now)
+        assert step.response is not None
+        return step.response
+
+    def request(self, m: Member, epoch: int, **kw: object) -> ConsumerGroupHeartbeatRequest:
         joining = epoch == 0
-        req = ConsumerGroupHeartbeatRequest(
+        return ConsumerGroupHeartbeatRequest(
             version=1, group_id="g", member_id=m.member_id, member_epoch=epoch, instance_id=m.instance,
             rebalance_timeout_ms=30_000 if joining else -1,
             subscribed_topic_names=m.topics if joining else None,
             topic_partitions=() if joining else tuple(
                 TopicPartitions(topic_id=t, partitions=tuple(sorted(ps))) for t, ps in m.owned.items()),
             **kw)  # type: ignore[arg-type]
-        step = self.core.consumer_group_heartbeat(req, CLIENT, self.now)
-        assert step.response is not None
-        return step.response
 
     def tick_to(self, now: int) -> None:
         while True:
@@ -101,7 +104,9 @@ class ConsumerMachine(RuleBasedStateMachine):
             return
         m.topics = ("t1", "t2") if both else ("t1",)
         m.owned = {}
-        resp = self.send(m, 0)
+        self.joined(m, self.send(m, 0))
+
+    def joined(self, m: Member, resp: ConsumerGroupHeartbeatResponse) -> None:
         if resp.error is Code.NONE:
             m.joined, m.epoch = True, resp.member_epoch
             m.owned = {tp.topic_id: set(tp.partitions) for tp in resp.assignment or ()}
@@ -245,6 +250,22 @@ class ConsumerMachine(RuleBasedStateMachine):
                         assert believed.setdefault((t, p), m.name) == m.name, (t, p, believed)
 
     @invariant()
+    def indexes_agree_with_the_members(self) -> None:
+        group = self.group()
+        if group is None:
+            return
+        # What the group keeps indexed, recomputed from its members the slow way.
+        holders = {(t, p): m.member_epoch for m in group.members.values()
+                   for a in (m.assignment.assigned, m.assignment.pending_revocation) for t, ps in a.items() for p in ps}
+        assert group.partition_epochs() == holders
+        settled = all(m.assignment.state is MemberState.STABLE and m.member_epoch == group.assignment_epoch
+                      for m in group.members.values())
+        if group.members and group.group_epoch <= group.assignment_epoch and not group.dead:
+            assert (group.state is ConsumerState.STABLE) == settled
+        names = {n for m in group.members.values() for n in m.subscribed_topic_names}
+        assert all(group.is_subscribed_to(n) for n in names)
+
+    @invariant()
     def stable_assigns_every_subscribed_partition(self) -> None:
         group = self.group()
         if group is None or group.state is not ConsumerState.STABLE:
@@ -261,3 +282,50 @@ class ConsumerMachine(RuleBasedStateMachine):
 
 TestConsumerMachine = ConsumerMachine.TestCase
 TestConsumerMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+
+
+class BatchedConsumerMachine(ConsumerMachine):
+    """The same group with batched assignment (what the shell runs): a heartbeat that needs
+    a new target is parked and answered on the tick; ``burst`` joins every absent member
+    before one tick, so one target serves them all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = make(consumer_assignment_batching=True)
+        self.publish()
+
+    def send(self, m: Member, epoch: int, **kw: object) -> ConsumerGroupHeartbeatResponse:
+        step = self.core.consumer_group_heartbeat(self.request(m, epoch, **kw), CLIENT, self.now)
+        if step.response is not None:
+            return step.response
+        assert step.ticket is not None
+        response = answers(self.core.on_timer(self.now))[step.ticket]
+        assert isinstance(response, ConsumerGroupHeartbeatResponse)
+        return response
+
+    @rule()
+    def burst(self) -> None:
+        waiting: dict[int, Member] = {}
+        for m in self.members.values():
+            if m.joined:
+                continue
+            m.topics, m.owned = ("t1",), {}
+            step = self.core.consumer_group_heartbeat(self.request(m, 0), CLIENT, self.now)
+            if step.response is not None:
+                self.joined(m, step.response)
+            else:
+                assert step.ticket is not None
+                waiting[step.ticket] = m
+        before = self.core.consumer.target_computations
+        got = answers(self.core.on_timer(self.now))
+        event(f"burst of {len(waiting)}")
+        # One target for the whole burst (none if nobody waited).
+        assert self.core.consumer.target_computations - before == (1 if waiting else 0)
+        for ticket, m in waiting.items():
+            response = got[ticket]
+            assert isinstance(response, ConsumerGroupHeartbeatResponse)
+            self.joined(m, response)
+
+
+TestBatchedConsumerMachine = BatchedConsumerMachine.TestCase
+TestBatchedConsumerMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
