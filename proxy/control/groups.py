@@ -196,8 +196,9 @@ class GroupService:
 
     # -- the port ------------------------------------------------------------------------
 
-    def run(self, call: GroupCall, api: str = "") -> Response | Pending[Response]:
-        """Run ``call`` on the core: its answer now, or a pending one.
+    def run(self, call: GroupCall, api: str = "", group_ids: tuple[str, ...] = ()) -> Response | Pending[Response]:
+        """Run ``call`` (about the groups ``group_ids``) on the core: its answer now, or a
+        pending one.
 
         In a fleet, a call about a group the placement gives this sidecar but that is not
         claimed yet waits (up to :attr:`claim_wait` seconds) for the claim, instead of being
@@ -205,23 +206,23 @@ class GroupService:
         usually follows its FindCoordinator by a millisecond, and a claim takes a few.
         """
         if self.fleet is not None:
-            waiting_for = self._unclaimed(call)
+            waiting_for = self._unclaimed(group_ids)
             if waiting_for:
                 for group_id in waiting_for:
                     self.fleet.want(group_id)
                 pending: Pending[Response] = Pending()
-                self._waiting.append(_Waiting(call=call, api=api, pending=pending, groups=waiting_for,
+                self._waiting.append(_Waiting(call=call, api=api, pending=pending, groups=group_ids,
                                               until=trio.current_time() + self.claim_wait))
                 self._place_now.set()
                 return pending
         return self._run(call, api)
 
-    def _unclaimed(self, call: GroupCall) -> tuple[str, ...]:
+    def _unclaimed(self, groups: tuple[str, ...]) -> tuple[str, ...]:
+        """Those of ``groups`` the placement gives this sidecar that it has not claimed yet."""
         assert self.fleet is not None
         fleet = self.fleet
         if fleet.me is None:
             return ()
-        groups: tuple[str, ...] = getattr(call, "group_ids", ())
         return tuple(g for g in groups if g not in fleet.held and fleet.owner(g) == fleet.me)
 
     def _run(self, call: GroupCall, api: str, into: Pending[Response] | None = None) -> Response | Pending[Response]:
@@ -438,7 +439,7 @@ class GroupService:
         still: list[_Waiting] = []
         ready: list[_Waiting] = []
         for waiting in self._waiting:
-            (ready if now >= waiting.until or not self._unclaimed(waiting.call) else still).append(waiting)
+            (ready if now >= waiting.until or not self._unclaimed(waiting.groups) else still).append(waiting)
         self._waiting = still
         for waiting in ready:
             outcome = self._run(waiting.call, waiting.api, into=waiting.pending)

@@ -54,8 +54,9 @@ FIND_COORDINATOR = 10
 TXN_OFFSET_COMMIT = 28
 CONSUMER_GROUP_HEARTBEAT = 68
 
-#: Builds the core call for one decoded request: ``(request, context) -> (core, now) -> Step``.
-CallFor = Callable[[LocalRequest, Context], Callable[[GroupCoordinator, int], "Step[Any]"]]
+#: Builds the core call for one decoded request: ``(request, context) -> (core, now) -> Step``,
+#: naming the groups the request is about.
+CallFor = Callable[[LocalRequest, Context], "CoreCall"]
 
 
 def _client(request: LocalRequest, context: Context) -> Client:
@@ -68,22 +69,22 @@ def _body(request: LocalRequest) -> Any:
     return request.body
 
 
-def _find(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
+def _find(request: LocalRequest, context: Context) -> CoreCall:
     req = FindCoordinatorRequest.from_wire(request.version, _body(request))
     groups = _port(context)
     node_id, host, port = groups.coordinator_address(context.listener)
     listener = context.listener
-    return lambda core, now: core.find_coordinator(req, node_id=node_id, host=host, port=port,
-                                                   listener=listener)
+    return CoreCall((), lambda core, now: core.find_coordinator(req, node_id=node_id, host=host, port=port,
+                                                                listener=listener))
 
 
-def _join(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
+def _join(request: LocalRequest, context: Context) -> CoreCall:
     req = JoinGroupRequest.from_wire(request.version, _body(request))
     client = _client(request, context)
     return CoreCall(group_ids_of(req), lambda core, now: core.join_group(req, client, now))
 
 
-def _consumer_heartbeat(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
+def _consumer_heartbeat(request: LocalRequest, context: Context) -> CoreCall:
     req = ConsumerGroupHeartbeatRequest.from_wire(request.version, _body(request))
     client = _client(request, context)
     if req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None:
@@ -92,7 +93,7 @@ def _consumer_heartbeat(request: LocalRequest, context: Context) -> Callable[[Gr
 
 
 def _simple(kind: Any, method: str, with_now: bool) -> CallFor:
-    def call_for(request: LocalRequest, context: Context) -> Callable[[GroupCoordinator, int], Step[Any]]:
+    def call_for(request: LocalRequest, context: Context) -> CoreCall:
         req = kind.from_wire(request.version, _body(request))
         if with_now:
             return CoreCall(group_ids_of(req), lambda core, now: getattr(core, method)(req, now))
@@ -160,7 +161,8 @@ def handler(call_for: CallFor, api: str) -> Handler:
         refusal = _gated_off(request, context)
         if refusal is not None:
             return Respond(body=refusal)
-        outcome = _port(context).run(call_for(request, context), api)
+        call = call_for(request, context)
+        outcome = _port(context).run(call, api, call.group_ids)
         if not isinstance(outcome, Pending):
             return Respond(body=outcome.to_wire(version))
         pending: Pending[Response] = outcome

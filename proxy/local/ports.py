@@ -145,9 +145,11 @@ GroupCall = Callable[[GroupCoordinator, int], "Step[Any]"]
 class GroupPort(Protocol):
     """The embedded consumer-group coordinator (:mod:`coordinator`), as local APIs reach it."""
 
-    def run(self, call: GroupCall, api: str = "") -> Response | Pending[Response]:
-        """Run ``call`` (the request of API ``api``) on the core: its answer now, or a
-        :class:`Pending` one."""
+    def run(self, call: GroupCall, api: str = "", group_ids: tuple[str, ...] = ()) -> Response | Pending[Response]:
+        """Run ``call`` (the request of API ``api``, about the groups ``group_ids``) on the
+        core: its answer now, or a :class:`Pending` one. In a fleet a call about a group
+        this sidecar is about to claim waits for the claim (none for FindCoordinator and
+        ListGroups, which name no group)."""
         ...
 
     def coordinator_address(self, listener: str) -> tuple[int, str, int]:
