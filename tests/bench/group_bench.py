@@ -243,12 +243,18 @@ class ConsumerMember:
     member_id: str = field(default_factory=lambda: uuid.uuid4().hex[:22])
     epoch: int = 0
     owned: dict[Any, list[int]] = field(default_factory=dict)
+    heartbeats: int = 0
+    #: When its join was sent and answered (``perf_counter``).
+    join_sent_at: float = 0.0
+    joined_at: float = 0.0
 
     async def run(self, stop: trio.Event) -> None:
         """Heartbeat until ``stop``."""
         changed = True
         while not stop.is_set():
             joining = self.epoch == 0
+            if joining:
+                self.join_sent_at = time.perf_counter()
             # Unchanged fields are sent null (-1), as Kafka's consumer does after joining.
             answer = await self.conn.call(CONSUMER_GROUP_HEARTBEAT, {
                 "GroupId": self.group, "MemberId": self.member_id, "MemberEpoch": self.epoch,
@@ -259,6 +265,9 @@ class ConsumerMember:
                 if changed or joining else None})
             if answer.ErrorCode:
                 raise RuntimeError(f"ConsumerGroupHeartbeat: error {answer.ErrorCode} {answer.ErrorMessage}")
+            self.heartbeats += 1
+            if joining:
+                self.joined_at = time.perf_counter()
             self.epoch = answer.MemberEpoch
             changed = answer.Assignment is not None
             if changed:
@@ -274,8 +283,11 @@ class ConsumerMember:
         await self.conn.aclose()
 
 
-async def consumer_stable(port: int, topic: str, partitions: int, count: int) -> tuple[float, dict[str, Any]]:
-    """Form a KIP-848 group of ``count`` members; seconds to Stable and facts."""
+async def consumer_stable(port: int, topic: str, partitions: int, count: int,
+                          poll: float = 0.02) -> tuple[float, dict[str, Any]]:
+    """Form a KIP-848 group of ``count`` members; seconds to Stable and facts (when every
+    member had its join answered, heartbeats sent). ``poll``: seconds between
+    ConsumerGroupDescribe calls."""
     group = f"bench-848-{uuid.uuid4().hex[:8]}"
     members = [ConsumerMember(await Conn.open(port, f"k{i}"), group, topic) for i in range(count)]
     admin = await Conn.open(port, "admin")
@@ -284,20 +296,34 @@ async def consumer_stable(port: int, topic: str, partitions: int, count: int) ->
         started = time.perf_counter()
         for member in members:
             nursery.start_soon(member.run, stop)
+        joined: float | None = None
         with trio.fail_after(FORMATION_TIMEOUT):
             while True:
                 described = (await admin.call(CONSUMER_GROUP_DESCRIBE, {"GroupIds": [group]})).Groups[0]
+                if joined is None and all(m.epoch > 0 for m in members):
+                    joined = time.perf_counter() - started
                 if described.ErrorCode == 0 and described.GroupState == "Stable" and len(described.Members) == count:
                     elapsed = time.perf_counter() - started
                     break
-                await trio.sleep(0.02)
+                await trio.sleep(poll)
         stop.set()
     owned = sorted(p for m in members for ps in m.owned.values() for p in ps)
-    assert owned == list(range(partitions)), "not every partition owned once"
+    if owned != list(range(partitions)):
+        seen = set(owned)
+        raise AssertionError(f"not every partition owned once: {len(owned) - len(seen)} owned twice, "
+                             f"{partitions - len(seen)} by nobody; group epoch {described.GroupEpoch}, "
+                             f"member epochs {sorted({m.epoch for m in members})}")
     for member in members:
         await member.leave()
     await admin.aclose()
-    return elapsed, {"epoch": described.GroupEpoch}
+    joins = sorted(m.joined_at - started for m in members)
+    return elapsed, {"epoch": described.GroupEpoch, "all_joined_s": round(joined or elapsed, 3),
+                     "join_answered_p50_s": round(joins[len(joins) // 2], 3),
+                     "join_answered_p90_s": round(joins[len(joins) * 9 // 10], 3),
+                     "join_answered_p99_s": round(joins[len(joins) * 99 // 100], 3),
+                     "join_sent_p99_s": round(sorted(m.join_sent_at - started for m in members)[
+                         len(members) * 99 // 100], 3),
+                     "heartbeats": sum(m.heartbeats for m in members)}
 
 
 # -- offset commits ---------------------------------------------------------------------------
@@ -381,7 +407,7 @@ async def bench(sidecar: SidecarServer, topic: str, partitions: int, args: argpa
         else:
             for member in members:
                 await member.leave()
-        elapsed, facts = await consumer_stable(port, topic, partitions, args.members)
+        elapsed, facts = await consumer_stable(port, topic, partitions, args.members, args.describe_ms / 1000)
         results["consumer"].append({"seconds": elapsed, "load": os.getloadavg()[0], **facts})
         print(f"KIP-848  #{repeat + 1}: {elapsed:.3f} s to Stable ({facts})", flush=True)
     results["commit_many"] = await commits(sidecar, commit_members, args.commit_seconds, pids)
@@ -572,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-seconds", type=float, default=10.0)
     parser.add_argument("--initial-delay-ms", type=int, default=100)
     parser.add_argument("--heartbeat-ms", type=int, default=500)
+    parser.add_argument("--describe-ms", type=int, default=20,
+                        help="KIP-848 formation: ConsumerGroupDescribe poll interval")
     parser.add_argument("--core", type=str, default="",
                         help="instead: the core alone, group sizes like 200,500,1000 (see core_formation)")
     parser.add_argument("--tick", type=int, default=50,
