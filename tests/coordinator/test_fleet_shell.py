@@ -106,7 +106,7 @@ async def test_a_request_waits_for_its_groups_claim(autojump_clock: trio.testing
     groups = service(claims)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(groups._place)
-        outcome = groups.run(heartbeat("payments"), "Heartbeat")
+        outcome = groups.run(heartbeat("payments"), "Heartbeat", ("payments",))
         assert isinstance(outcome, Pending)
         began = trio.current_time()
         response = await answer(outcome)
@@ -116,7 +116,7 @@ async def test_a_request_waits_for_its_groups_claim(autojump_clock: trio.testing
         assert claims.claimed == ["payments"]
         assert groups.fleet is not None and groups.fleet.held == {"payments": 7}
         # Another sidecar's group is refused at once, and not claimed.
-        refused = groups.run(heartbeat("orders"), "Heartbeat")
+        refused = groups.run(heartbeat("orders"), "Heartbeat", ("orders",))
         assert refused == HeartbeatResponse(error=Code.NOT_COORDINATOR)
         nursery.cancel_scope.cancel()
     assert claims.claimed == ["payments"]
@@ -129,7 +129,7 @@ async def test_a_claim_held_elsewhere_answers_load_in_progress_after_the_wait(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(groups._place)
         began = trio.current_time()
-        response = await answer(groups.run(heartbeat("payments"), "Heartbeat"))
+        response = await answer(groups.run(heartbeat("payments"), "Heartbeat", ("payments",)))
         waited = trio.current_time() - began
         assert response == HeartbeatResponse(error=Code.COORDINATOR_LOAD_IN_PROGRESS)
         assert groups.claim_wait <= waited < groups.claim_wait + 0.5
@@ -143,7 +143,7 @@ async def test_a_group_the_placement_moves_away_is_handed_over(autojump_clock: t
     assert groups.fleet is not None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(groups._place)
-        await answer(groups.run(heartbeat("payments"), "Heartbeat"))
+        await answer(groups.run(heartbeat("payments"), "Heartbeat", ("payments",)))
         assert "payments" in groups.fleet.held
         # payments on {2, 3, 4}: 4 wins (test_placement.py); this sidecar stays registered.
         groups.fleet.set_live({1: LIVE[1], 2: LIVE[2], 3: LIVE[3], 4: {"PLAINTEXT": ("h4", 4)}}, me=1)
@@ -154,6 +154,6 @@ async def test_a_group_the_placement_moves_away_is_handed_over(autojump_clock: t
         assert [g for g, _ in groups.handovers] == ["payments"]
         core: GroupCoordinator = groups.core
         assert "payments" not in core.ctx.groups
-        refused = groups.run(heartbeat("payments"), "Heartbeat")
+        refused = groups.run(heartbeat("payments"), "Heartbeat", ("payments",))
         assert refused == HeartbeatResponse(error=Code.NOT_COORDINATOR)
         nursery.cancel_scope.cancel()
