@@ -187,7 +187,9 @@ class ConsumerProtocol:
             self._parked.setdefault(group.group_id, []).append(_Parked(
                 ticket=ticket, member_id=member_id, before=member, owned=req.topic_partitions, full=full))
             if (ASSIGN, group.group_id) not in self.ctx.timers:
-                self.ctx.timers.set((ASSIGN, group.group_id), now)
+                last = group.assigned_at
+                interval = self.ctx.settings.consumer_assignment_interval_ms
+                self.ctx.timers.set((ASSIGN, group.group_id), now if last is None else max(now, last + interval))
             if bump or updated != member:
                 self._persist(group, now)
             return ticket
@@ -373,6 +375,7 @@ class ConsumerProtocol:
                     error=Code.GROUP_ID_NOT_FOUND, error_message=f"Consumer group {group_id} not found."))
             return
         self._refresh_target(group)
+        group.assigned_at = now
         dirty = False
         for p in parked:
             member = group.members.get(p.member_id)

@@ -113,6 +113,8 @@ class ConsumerGroup:
     dead: bool = False
     #: When the current rebalance started (metrics), or ``None``.
     rebalance_started: int | None = None
+    #: When the target was last computed in batched mode (ms), or ``None``.
+    assigned_at: int | None = None
     #: (topic, partition) -> the member holding it, assigned or pending revocation
     #: (Kafka's ``currentPartitionEpoch`` keeps the same map, by epoch).
     _holders: dict[tuple[UUID, int], str] = field(default_factory=dict, init=False, repr=False)

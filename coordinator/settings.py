@@ -47,6 +47,11 @@ class CoordinatorSettings:
     #: meanwhile. Off: each such heartbeat computes the target and is answered at once
     #: (Kafka before 4.3). The shell, which runs the ticks, turns it on.
     consumer_assignment_batching: bool = False
+    #: Batched mode only (KIP-1263's ``group.consumer.assignment.interval.ms``, not read from
+    #: the configuration): the least time between two target assignments of a group; the
+    #: tick waits for it, so joins that keep arriving share fewer assignor runs and fewer
+    #: reshuffles of the members already there. 0: the tick is due at once.
+    consumer_assignment_interval_ms: int = 0
     #: ``group.consumer.max.size``: most members of a KIP-848 group.
     consumer_max_size: int = INT32_MAX
     #: ``offsets.retention.minutes``: committed offsets of a group that has been empty this
@@ -70,7 +75,7 @@ class CoordinatorSettings:
                 f"group.consumer.assignors: unknown assignor(s) {', '.join(unknown)}; "
                 f"allowed: {', '.join(KNOWN_ASSIGNORS)}"
             )
-        for name in ("initial_rebalance_delay_ms", "consumer_heartbeat_interval_ms",
+        for name in ("initial_rebalance_delay_ms", "consumer_heartbeat_interval_ms", "consumer_assignment_interval_ms",
                      "consumer_session_timeout_ms", "offsets_retention_minutes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")

@@ -58,6 +58,11 @@ from proxy.local.ports import GroupCall, Pending
 
 log = logging.getLogger(__name__)
 
+#: The least time between two target assignments of a KIP-848 group (batched mode): joins
+#: arriving within it share one assignor run (tests/bench/RESULTS.md, issue 16).
+ASSIGNMENT_INTERVAL_MS = 200
+
+
 def wall_ms() -> int:
     """Milliseconds since the Unix epoch."""
     return int(time.time() * 1000)
@@ -159,7 +164,8 @@ class GroupService:
         self.clock = clock
         # This shell runs the ticks batched assignment waits for (the timer task answers a
         # parked ConsumerGroupHeartbeat as soon as the requests already runnable are handled).
-        self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=True), now=clock())
+        self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=True,
+                                             consumer_assignment_interval_ms=ASSIGNMENT_INTERVAL_MS), now=clock())
         self.zk = zk
         #: The fleet view (``None``: this sidecar serves every group, alone).
         self.fleet = Fleet() if fleet else None

@@ -144,3 +144,20 @@ def test_a_leave_before_the_tick_counts_in_the_target() -> None:
     assert isinstance(r, ConsumerGroupHeartbeatResponse)
     # Group epochs: A's join 1, B's join 2, A's leave 3; B alone takes all 12 at epoch 3.
     assert (r.error, r.member_epoch, [len(tp.partitions) for tp in r.assignment or ()]) == (Code.NONE, 3, [12])
+
+
+def test_the_assignment_interval_holds_the_next_tick_back() -> None:
+    c = core(consumer_assignment_batching=True, consumer_assignment_interval_ms=100)
+    a = join(c, "A", now=0)
+    # No earlier assignment: the tick is due at once.
+    assert c.next_deadline() == 0 and a.ticket is not None
+    assert list(answers(c.on_timer(0))) == [a.ticket]
+    b, d = join(c, "B", now=10), join(c, "D", now=60)
+    # The last assignment was at 0: the next waits until 0 + 100, for both joins.
+    assert c.next_deadline() == 100 and b.ticket is not None and d.ticket is not None
+    assert answers(c.on_timer(99)) == {}
+    assert sorted(answers(c.on_timer(100))) == sorted([b.ticket, d.ticket])
+    assert c.consumer.target_computations == 2
+    # Past the interval a new join's tick is due at once again.
+    e = join(c, "E", now=250)
+    assert c.next_deadline() == 250 and e.ticket is not None
