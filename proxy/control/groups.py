@@ -61,6 +61,10 @@ log = logging.getLogger(__name__)
 #: The least time between two target assignments of a KIP-848 group (batched mode): joins
 #: arriving within it share one assignor run (tests/bench/RESULTS.md, issue 16).
 ASSIGNMENT_INTERVAL_MS = 200
+#: Batched KIP-848 target assignment (a 1,000-member group forms in seconds instead of
+#: minutes) is off: with it, tests/fleet's SIGKILL failover left a ConsumerGroupHeartbeat
+#: member of the moved group with no partition for 90 s (reproduced twice; cause not found).
+BATCHED_ASSIGNMENT = False
 
 
 def wall_ms() -> int:
@@ -162,9 +166,11 @@ class GroupService:
         claim_wait: float = 5.0,
     ) -> None:
         self.clock = clock
-        # This shell runs the ticks batched assignment waits for (the timer task answers a
-        # parked ConsumerGroupHeartbeat as soon as the requests already runnable are handled).
-        self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=True,
+        # This shell can run the ticks batched assignment waits for (the timer task answers a
+        # parked ConsumerGroupHeartbeat as soon as the requests already runnable are handled),
+        # but batching stays off (BATCHED_ASSIGNMENT) until the fleet's failover case passes
+        # with it: a KIP-848 member joining the new owner was never assigned a partition.
+        self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=BATCHED_ASSIGNMENT,
                                              consumer_assignment_interval_ms=ASSIGNMENT_INTERVAL_MS), now=clock())
         self.zk = zk
         #: The fleet view (``None``: this sidecar serves every group, alone).
