@@ -441,9 +441,9 @@ class Enforcer:
 def _existing_need_no_create(verdict: Verdict, facts: RequestFacts) -> Verdict:
     """Kafka asks for Create only for topics that do not exist: auto-creation refused for
     topics known to exist (named in ``facts.topic_names``) is no refusal at all."""
-    existing = set(facts.topic_names.values())
-    if not existing or not any(p.on_deny is OnDeny.NO_AUTO_CREATE for p in verdict.parts):
+    if not facts.topic_names or not any(p.on_deny is OnDeny.NO_AUTO_CREATE for p in verdict.parts):
         return verdict
+    existing = set(facts.topic_names.values())
     dropped: set[tuple[str, Operation]] = set()
     parts = []
     for part in verdict.parts:
