@@ -116,13 +116,14 @@ class SocketWire(Wire):
             try:
                 data = os.read(self._fd(), max_bytes)
             except BlockingIOError:
-                waited = await self._wait_readable()
-                continue
+                pass  # wait below, outside the handler: not holding the error and its traceback
             except OSError as exc:
                 raise trio.BrokenResourceError(f"reading failed: {exc}") from exc
-            if not waited:
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            return data
+            else:
+                if not waited:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                return data
+            waited = await self._wait_readable()
         return None
 
     async def receive_into(self, view: memoryview) -> int | None:
@@ -132,13 +133,14 @@ class SocketWire(Wire):
             try:
                 count = os.readv(self._fd(), [view])
             except BlockingIOError:
-                waited = await self._wait_readable()
-                continue
+                pass  # wait below, outside the handler: not holding the error and its traceback
             except OSError as exc:
                 raise trio.BrokenResourceError(f"reading failed: {exc}") from exc
-            if not waited:
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            return count
+            else:
+                if not waited:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                return count
+            waited = await self._wait_readable()
         return None
 
     def try_send(self, data: Bytes) -> int:

@@ -17,13 +17,20 @@ from prometheus_client import CollectorRegistry
 
 from coordinator.core import GroupCoordinator, LoadedGroup
 from coordinator.errors import Code
-from coordinator.messages import HeartbeatRequest, HeartbeatResponse
+from coordinator.messages import (
+    Client,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
 from coordinator.outcome import Response, Write
 from coordinator.settings import CoordinatorSettings
 from proxy.control.groups import GroupService
 from proxy.local.groups import CoreCall
 from proxy.local.ports import Pending
 
+CLIENT = Client(client_id="c", client_host="/127.0.0.1")
 LIVE: dict[int, Any] = {1: {"PLAINTEXT": ("h1", 1)}, 2: {"PLAINTEXT": ("h2", 2)}, 3: {"PLAINTEXT": ("h3", 3)}}
 
 
@@ -156,4 +163,55 @@ async def test_a_group_the_placement_moves_away_is_handed_over(autojump_clock: t
         assert "payments" not in core.ctx.groups
         refused = groups.run(heartbeat("payments"), "Heartbeat", ("payments",))
         assert refused == HeartbeatResponse(error=Code.NOT_COORDINATOR)
+        nursery.cancel_scope.cancel()
+
+
+def consumer_heartbeat(member: str, epoch: int) -> CoreCall:
+    joining = epoch == 0
+    req = ConsumerGroupHeartbeatRequest(
+        version=1, group_id="solo", member_id=member, member_epoch=epoch,
+        rebalance_timeout_ms=30_000 if joining else -1,
+        subscribed_topic_names=("t",) if joining else None, topic_partitions=() if joining else None)
+    return CoreCall(("solo",), lambda core, now: core.consumer_group_heartbeat(req, CLIENT, now))
+
+
+async def test_the_timer_task_sleeps_through_heartbeats_and_wakes_for_an_expiry(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A heartbeat moves its member's session deadline later and must not wake the timer
+    task; a new member's earlier deadline must, and the session then expires on time."""
+    groups = GroupService(CoordinatorSettings(consumer_session_timeout_ms=45_000), StubZooKeeper(),  # type: ignore[arg-type]
+                          NoMetadata(), lambda listener: (1, "h1", 1), CollectorRegistry(),  # type: ignore[arg-type]
+                          store=StubStore(), fleet=False,  # type: ignore[arg-type]
+                          clock=lambda: int(trio.current_time() * 1000))
+    wakes = 0
+    on_timer = groups.core.on_timer
+
+    def counted(now: int) -> Any:
+        nonlocal wakes
+        wakes += 1
+        return on_timer(now)
+
+    groups.core.on_timer = counted  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(groups._timers)
+        nursery.start_soon(groups._writer)
+        await trio.sleep(1)  # asleep until the offset-retention sweep, 10 minutes away
+        joined = await answer(groups.run(consumer_heartbeat("m1", 0), "ConsumerGroupHeartbeat", ("solo",)))
+        assert isinstance(joined, ConsumerGroupHeartbeatResponse) and joined.error is Code.NONE
+        await trio.sleep(0.5)
+        asleep_on = groups._deadline_changed  # the event the timer task waits on (a new one per wake)
+        for beat_no in range(20):  # 60 s of heartbeats, every 3 s
+            await trio.sleep(3)
+            beat = await answer(groups.run(consumer_heartbeat("m1", joined.member_epoch),
+                                           "ConsumerGroupHeartbeat", ("solo",)))
+            assert isinstance(beat, ConsumerGroupHeartbeatResponse) and beat.error is Code.NONE
+            if beat_no < 14:  # before the first session deadline (45 s after joining) came
+                assert groups._deadline_changed is asleep_on, f"woken by heartbeat {beat_no}"
+        last = trio.current_time()
+        assert wakes == 0  # nothing was due: each deadline had moved on
+        assert "m1" in groups.core.ctx.groups["solo"].members
+        await trio.sleep(45 - (trio.current_time() - last) - 0.01)
+        assert "m1" in groups.core.ctx.groups["solo"].members
+        await trio.sleep(0.02)  # the session of 45 s since the last heartbeat is over
+        assert "m1" not in groups.core.ctx.groups["solo"].members
         nursery.cancel_scope.cancel()
