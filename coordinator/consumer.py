@@ -24,7 +24,7 @@ Theory of operation (Kafka's ``GroupMetadataManager``, consumer half):
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from uuid import UUID
 
 from coordinator.assignors import ASSIGNORS, Assignment, MemberSpec
@@ -54,21 +54,8 @@ CLIENT_MEMBER_ID_VERSION = 1
 
 SESSION = "consumer.session"
 REBALANCE = "consumer.rebalance"
-#: Due at once: compute the target the parked heartbeats of a group wait for, answer them.
+#: Batched mode: compute a group's next target (due at once, or at the assignment interval).
 ASSIGN = "consumer.assign"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Parked:
-    """A heartbeat waiting for its group's next target assignment (batched mode)."""
-
-    ticket: int
-    member_id: str
-    #: The member before this heartbeat (what its answer reports changes against).
-    before: ConsumerMember
-    owned: tuple[TopicPartitions, ...] | None
-    #: Whether the answer carries the whole assignment even if unchanged.
-    full: bool
 
 
 class ConsumerProtocol:
@@ -81,8 +68,6 @@ class ConsumerProtocol:
         self._rebalance_epoch: dict[tuple[str, str], int] = {}
         #: Target assignments computed so far (one per group epoch that a heartbeat needed).
         self.target_computations = 0
-        #: Batched mode: heartbeats waiting for their group's next target, by group.
-        self._parked: dict[str, list[_Parked]] = {}
 
     # -- validation ----------------------------------------------------------------------
 
@@ -126,9 +111,10 @@ class ConsumerProtocol:
     # -- ConsumerGroupHeartbeat ----------------------------------------------------------
 
     def heartbeat(self, req: ConsumerGroupHeartbeatRequest, client: Client,
-                  now: int) -> ConsumerGroupHeartbeatResponse | int:
-        """Handle a ConsumerGroupHeartbeat (join, heartbeat, leave): its answer, or (batched
-        mode, the group needs a new target) the ticket of an answer given on the next tick."""
+                  now: int) -> ConsumerGroupHeartbeatResponse:
+        """Handle a ConsumerGroupHeartbeat (join, heartbeat, leave): its answer, always at
+        once (batched mode answers against the current target; the next one is computed
+        on the tick and reaches the member at a later heartbeat)."""
         try:
             self._validate(req)
             if req.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
@@ -150,7 +136,7 @@ class ConsumerProtocol:
         return fresh
 
     def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, client: Client,
-                   now: int) -> ConsumerGroupHeartbeatResponse | int:
+                   now: int) -> ConsumerGroupHeartbeatResponse:
         joining = req.member_epoch == JOIN_EPOCH
         group = self._group(req.group_id, joining, now)
         limit = self.ctx.settings.consumer_max_size
@@ -180,20 +166,15 @@ class ConsumerProtocol:
         self.ctx.timers.set((SESSION, group.group_id, member_id), now + self.ctx.settings.consumer_session_timeout_ms)
         full = joining or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
                            and req.topic_partitions is not None)
-        if self.ctx.settings.consumer_assignment_batching and group.group_epoch > group.assignment_epoch:
-            # The group epoch moved on: every heartbeat that needs the new target until the
-            # tick waits for it, and the target is computed once for all of them.
-            ticket = self.ctx.outbox.ticket()
-            self._parked.setdefault(group.group_id, []).append(_Parked(
-                ticket=ticket, member_id=member_id, before=member, owned=req.topic_partitions, full=full))
-            if (ASSIGN, group.group_id) not in self.ctx.timers:
-                last = group.assigned_at
-                interval = self.ctx.settings.consumer_assignment_interval_ms
-                self.ctx.timers.set((ASSIGN, group.group_id), now if last is None else max(now, last + interval))
-            if bump or updated != member:
-                self._persist(group, now)
-            return ticket
-        self._refresh_target(group)
+        if self.ctx.settings.consumer_assignment_batching and group.assignment_epoch > 0:
+            # The next target is the tick's (once for every change until then); this member
+            # is answered now against the current one and gets the next at a later heartbeat.
+            self._schedule_assignment(group, now)
+        elif group.group_epoch > group.assignment_epoch:
+            # Immediate mode, or a group's first target (its first member must be answered
+            # with an epoch above 0: a member at epoch 0 would be joining again).
+            self._refresh_target(group)
+            group.assigned_at = now
         final = self._reconcile(group, updated, req.topic_partitions, now)
         changed = final.assignment.assigned != member.assignment.assigned
         if bump or changed or final != member:
@@ -256,8 +237,20 @@ class ConsumerProtocol:
             group.state_timestamp = now
             if group.rebalance_started is None:
                 group.rebalance_started = now
+            if self.ctx.settings.consumer_assignment_batching:
+                self._schedule_assignment(group, now)
             return True
         return False
+
+    def _schedule_assignment(self, group: ConsumerGroup, now: int) -> None:
+        """Batched mode: arm the tick that computes the group's next target, if its epoch
+        moved on and none is armed: at once, or one assignment interval after the last."""
+        key = (ASSIGN, group.group_id)
+        if group.group_epoch <= group.assignment_epoch or key in self.ctx.timers:
+            return
+        last = group.assigned_at
+        interval = self.ctx.settings.consumer_assignment_interval_ms
+        self.ctx.timers.set(key, now if last is None else max(now, last + interval))
 
     def _refresh_target(self, group: ConsumerGroup) -> None:
         """A new target assignment, once per group epoch, when a heartbeat needs it."""
@@ -288,6 +281,7 @@ class ConsumerProtocol:
                  for m in group.members.values()}
         group.target = ASSIGNORS[self.assignor_of(group)](specs, counts)
         group.assignment_epoch = group.group_epoch
+        self.ctx.timers.cancel((ASSIGN, group.group_id))  # a tick armed for this epoch is moot
 
     def assignor_of(self, group: ConsumerGroup) -> str:
         """The assignor most members ask for (ties: the configured order), else the default."""
@@ -364,45 +358,20 @@ class ConsumerProtocol:
             if isinstance(group, ConsumerGroup) and group.members and self._maybe_bump(group, force=False, now=now):
                 self._persist(group, now)
 
-    def _assign_parked(self, group_id: str, now: int) -> None:
-        """The tick of batched mode: one target for the group, then every parked heartbeat
-        reconciled against it and answered, in the order they came."""
-        parked = self._parked.pop(group_id, [])
+    def _assign(self, group_id: str, now: int) -> None:
+        """The tick of batched mode: the group's next target, once for every change since
+        the last one. Members reconcile towards it at their next heartbeats."""
         group = self.ctx.groups.get(group_id)
-        if not isinstance(group, ConsumerGroup):
-            for p in parked:
-                self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
-                    error=Code.GROUP_ID_NOT_FOUND, error_message=f"Consumer group {group_id} not found."))
+        if not isinstance(group, ConsumerGroup) or group.group_epoch <= group.assignment_epoch:
             return
         self._refresh_target(group)
         group.assigned_at = now
-        dirty = False
-        for p in parked:
-            member = group.members.get(p.member_id)
-            if member is None:
-                self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
-                    error=Code.UNKNOWN_MEMBER_ID,
-                    error_message=f"Member {p.member_id} is not a member of group {group_id}."))
-                continue
-            try:
-                final = self._reconcile(group, member, p.owned, now)
-            except GroupError as exc:
-                self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
-                    error=exc.code, error_message=exc.message))
-                continue
-            changed = final.assignment.assigned != p.before.assignment.assigned
-            dirty = dirty or final != member
-            self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
-                member_id=p.member_id, member_epoch=final.member_epoch,
-                heartbeat_interval_ms=self.ctx.settings.consumer_heartbeat_interval_ms,
-                assignment=_as_wire(final.assignment.assigned) if p.full or changed else None))
-        if dirty or parked:
-            self._persist(group, now)
+        self._persist(group, now)
 
     def on_timer(self, key: tuple[Hashable, ...], now: int) -> None:
         """Handle one due timer of this protocol."""
         if key[0] == ASSIGN:
-            self._assign_parked(str(key[1]), now)
+            self._assign(str(key[1]), now)
             return
         kind, group_id, member_id = key[0], str(key[1]), str(key[2])
         group = self.ctx.groups.get(group_id)
@@ -422,11 +391,7 @@ class ConsumerProtocol:
                                 now + self.ctx.settings.consumer_session_timeout_ms)
 
     def abandon(self, group_id: str) -> None:
-        """This sidecar stops serving ``group_id`` (hand-over): forget its bookkeeping and
-        answer its parked heartbeats NOT_COORDINATOR (the members look it up again)."""
-        for p in self._parked.pop(group_id, []):
-            self.ctx.outbox.answer(p.ticket, ConsumerGroupHeartbeatResponse(
-                error=Code.NOT_COORDINATOR, member_id=p.member_id))
+        """This sidecar stops serving ``group_id`` (hand-over): forget its bookkeeping."""
         for key in [k for k in self._rebalance_epoch if k[1] == group_id]:
             del self._rebalance_epoch[key]
 

@@ -113,7 +113,7 @@ class ConsumerGroup:
     dead: bool = False
     #: When the current rebalance started (metrics), or ``None``.
     rebalance_started: int | None = None
-    #: When the target was last computed in batched mode (ms), or ``None``.
+    #: When the target was last computed (ms; batched mode spaces ticks by it), or ``None``.
     assigned_at: int | None = None
     #: (topic, partition) -> the member holding it, assigned or pending revocation
     #: (Kafka's ``currentPartitionEpoch`` keeps the same map, by epoch).

@@ -40,12 +40,12 @@ class CoordinatorSettings:
     consumer_session_timeout_ms: int = 45_000
     #: ``group.consumer.assignors``: server-side assignors, the first is the default.
     consumer_assignors: tuple[str, ...] = KNOWN_ASSIGNORS
-    #: Not a Kafka key (KIP-1263 batches the same way by time, with
-    #: ``group.consumer.assignment.interval.ms``): when a KIP-848 heartbeat finds its group
-    #: epoch ahead of the assignment epoch, it is parked and answered on the next tick
-    #: (a timer due at once), where one target is computed for every heartbeat parked
-    #: meanwhile. Off: each such heartbeat computes the target and is answered at once
-    #: (Kafka before 4.3). The shell, which runs the ticks, turns it on.
+    #: Not a Kafka key (KIP-1263's asynchronous assignment, Kafka 4.3): a KIP-848 group's
+    #: next target is computed on a tick (a timer due at once, or at the assignment
+    #: interval) once for every join, leave or subscription change since the last, and a
+    #: heartbeat is answered at once against the current target (members reach the next one
+    #: at a later heartbeat). Off: the heartbeat that finds the group epoch ahead computes
+    #: the target itself (Kafka before 4.3). The shell, which runs the ticks, turns it on.
     consumer_assignment_batching: bool = False
     #: Batched mode only (KIP-1263's ``group.consumer.assignment.interval.ms``, not read from
     #: the configuration): the least time between two target assignments of a group; the

@@ -8,7 +8,7 @@ does what the core asks (docs/coordinator.md, "Calling the core"):
 * writes go to one writer task that commits everything queued as one ZooKeeper
   transaction (``CommitBatcher``: commits that arrive while a write is in flight go
   together in the next), then tells the core, which releases the held answers;
-* one timer task sleeps until ``next_deadline()`` (re-read after every call) and calls
+* one timer task sleeps until ``next_deadline()`` (woken when a call arms an earlier one) and calls
   ``on_timer``: session expiry, rebalance timeouts, the initial rebalance delay, and the
   tick of batched KIP-848 assignment (due at once: it runs after the requests already
   runnable, so a burst of joins shares one target assignment);
@@ -61,10 +61,9 @@ log = logging.getLogger(__name__)
 #: The least time between two target assignments of a KIP-848 group (batched mode): joins
 #: arriving within it share one assignor run (tests/bench/RESULTS.md, issue 16).
 ASSIGNMENT_INTERVAL_MS = 200
-#: Batched KIP-848 target assignment (a 1,000-member group forms in seconds instead of
-#: minutes) is off: with it, tests/fleet's SIGKILL failover left a ConsumerGroupHeartbeat
-#: member of the moved group with no partition for 90 s (reproduced twice; cause not found).
-BATCHED_ASSIGNMENT = False
+#: Batched KIP-848 target assignment (docs/coordinator.md): one assignor run per tick for
+#: every change since the last, heartbeats answered at once against the current target.
+BATCHED_ASSIGNMENT = True
 
 
 def wall_ms() -> int:
@@ -166,10 +165,8 @@ class GroupService:
         claim_wait: float = 5.0,
     ) -> None:
         self.clock = clock
-        # This shell can run the ticks batched assignment waits for (the timer task answers a
-        # parked ConsumerGroupHeartbeat as soon as the requests already runnable are handled),
-        # but batching stays off (BATCHED_ASSIGNMENT) until the fleet's failover case passes
-        # with it: a KIP-848 member joining the new owner was never assigned a partition.
+        # The timer task runs batched assignment's ticks (a due tick runs as soon as the
+        # requests already runnable are handled).
         self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=BATCHED_ASSIGNMENT,
                                              consumer_assignment_interval_ms=ASSIGNMENT_INTERVAL_MS), now=clock())
         self.zk = zk

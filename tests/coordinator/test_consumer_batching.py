@@ -55,37 +55,54 @@ def registry_writes(steps: list[Step[Any]]) -> list[GroupWrite]:
     return [w for w in flatten(batch) if isinstance(w, GroupWrite)]
 
 
-def test_six_joins_in_one_tick_share_one_target_and_one_record() -> None:
+def parts_of(r: ConsumerGroupHeartbeatResponse | None) -> list[int] | None:
+    """The partitions an answer assigns (``None``: the answer says nothing changed)."""
+    assert r is not None and r.error is Code.NONE, r
+    if r.assignment is None:
+        return None
+    return sorted(p for tp in r.assignment for p in tp.partitions)
+
+
+def test_joins_between_two_ticks_share_one_target_and_are_answered_at_once() -> None:
     c = core(consumer_assignment_batching=True)
-    steps: list[Step[Any]] = [join(c, m) for m in NAMES]
-    # Each join bumps the group epoch and waits for the tick: no target yet.
-    assert all(s.response is None and s.ticket is not None for s in steps)
-    assert (group(c).group_epoch, group(c).assignment_epoch, c.consumer.target_computations) == (6, 0, 0)
+    steps: list[Step[Any]] = [join(c, "A")]
+    # A group's first target is computed at once: its first member gets epoch 1 and all 12.
+    first = steps[0].response
+    assert first is not None and first.member_epoch == 1 and parts_of(first) == list(range(12))
+    for m in NAMES[1:]:
+        steps.append(join(c, m))
+        r = steps[-1].response
+        # Answered now, against the current target (epoch 1), in which B..F have nothing.
+        assert r is not None and (r.member_id, r.member_epoch, parts_of(r)) == (m, 1, [])
+    assert (group(c).group_epoch, group(c).assignment_epoch, c.consumer.target_computations) == (6, 1, 1)
     assert group(c).state is ConsumerState.ASSIGNING
+    assert c.next_deadline() == 0  # the tick, due at once
     tick = c.on_timer(0)
     steps.append(tick)
-    assert c.consumer.target_computations == 1
-    # Uniform over 12 partitions, nobody holding any: the least loaded (count, id) takes the
-    # next partition, so A gets 0 and 6, B 1 and 7, ... F 5 and 11; nothing is held by
-    # anyone else, so every member gets its share at once, at epoch 6.
-    got = answers(tick)
-    expected = {m: [i, i + 6] for i, m in enumerate(NAMES)}
-    for s, m in zip(steps, NAMES, strict=False):
-        assert s.ticket is not None
-        r = got[s.ticket]
-        assert isinstance(r, ConsumerGroupHeartbeatResponse)
-        assert (r.error, r.member_id, r.member_epoch) == (Code.NONE, m, 6)
-        assert [list(tp.partitions) for tp in r.assignment or ()] == [expected[m]]
+    assert answers(tick) == {}  # nobody waited for it
+    assert (group(c).assignment_epoch, c.consumer.target_computations) == (6, 2)
+    # The new target: 12 partitions over six members, two each; A keeps two of its own.
+    target = {m: sorted(group(c).target[m][T]) for m in NAMES}
+    assert all(len(ps) == 2 for ps in target.values())
+    assert sorted(p for ps in target.values() for p in ps) == list(range(12))
+    # A learns at its next heartbeat what it keeps (still epoch 1: 10 partitions to revoke);
+    # once it owns only those, it moves to epoch 6.
+    revoke = beat(c, "A", 1, list(range(12))).response
+    assert revoke is not None and (revoke.member_epoch, parts_of(revoke)) == (1, target["A"])
+    done = beat(c, "A", 1, target["A"]).response
+    assert done is not None and done.member_epoch == 6
+    # The others then get their two each at their next heartbeat, at epoch 6.
+    for m in NAMES[1:]:
+        r = beat(c, m, 1, []).response
+        assert r is not None and (r.member_epoch, parts_of(r)) == (6, target[m])
     assert group(c).state is ConsumerState.STABLE
-    # Seven steps queued a registry write each; one ZooKeeper batch stores one record, the
-    # group as it is when the writer takes it.
-    assert sum(1 for s in steps for ws in s.writes for w in ws.writes if isinstance(w, GroupWrite)) == 7
+    assert c.consumer.target_computations == 2
+    # Every step queued a registry write; one ZooKeeper batch stores one record, the group
+    # as it is when the writer takes it.
     (written,) = registry_writes(steps)
     assert written.record is not None
     assert (written.record["group_epoch"], written.record["assignment_epoch"]) == (6, 6)
     assert sorted(m["member_id"] for m in written.record["members"]) == list(NAMES)
-    assert {m["member_id"]: m["assigned"] for m in written.record["members"]} == {
-        m: {str(T): ps} for m, ps in expected.items()}
 
 
 def test_immediate_mode_computes_one_target_per_group_epoch() -> None:
@@ -107,57 +124,56 @@ def test_immediate_mode_computes_one_target_per_group_epoch() -> None:
 
 def test_a_written_behind_record_is_the_group_when_the_writer_takes_it() -> None:
     c = core(consumer_assignment_batching=True)
-    first = join(c, "A")
-    # Queued before the tick, rendered after it: the record has A's assignment.
+    first, second = join(c, "A"), join(c, "B")
+    # Queued before the tick, rendered after it: the record has the tick's target (epoch 2,
+    # six partitions each).
     tick = c.on_timer(0)
-    (early,) = registry_writes([first])
-    assert early.record is not None and early.record["assignment_epoch"] == 1
-    assert early.record["members"][0]["assigned"] == {str(T): list(range(12))}
-    assert len(registry_writes([first, tick])) == 1
+    (early,) = registry_writes([first, second])
+    assert early.record is not None and early.record["assignment_epoch"] == 2
+    assert sorted(len(m["target"][str(T)]) for m in early.record["members"]) == [6, 6]
+    assert len(registry_writes([first, second, tick])) == 1
 
 
-def test_parked_heartbeats_of_a_released_group_are_answered_not_coordinator() -> None:
+def test_a_released_groups_tick_goes_with_it() -> None:
     c = core(consumer_assignment_batching=True)
-    a, b = join(c, "A"), join(c, "B")
-    step = c.release("g")
-    got = answers(step)
-    assert a.ticket is not None and b.ticket is not None
-    assert got == {a.ticket: ConsumerGroupHeartbeatResponse(error=Code.NOT_COORDINATOR, member_id="A"),
-                   b.ticket: ConsumerGroupHeartbeatResponse(error=Code.NOT_COORDINATOR, member_id="B")}
-    # Its tick went with it: nothing is due any more but the retention sweep.
+    join(c, "A")
+    join(c, "B")
+    assert c.next_deadline() == 0
+    assert answers(c.release("g")) == {}
+    # Nothing is due any more but the retention sweep, and no target is computed.
     assert c.next_deadline() == c.settings.offsets_retention_check_interval_ms
-    assert answers(c.on_timer(0)) == {}
+    c.on_timer(0)
+    assert c.consumer.target_computations == 1
 
 
 def test_a_leave_before_the_tick_counts_in_the_target() -> None:
     c = core(consumer_assignment_batching=True)
-    a = join(c, "A")
-    c.on_timer(0)
-    b = join(c, "B")
-    assert b.ticket is not None and a.response is None
-    # A leaves while B waits: B still gets the target of the group as it is at the tick.
+    join(c, "A")
+    b = join(c, "B").response
+    assert b is not None and (b.member_epoch, parts_of(b)) == (1, [])
+    # A leaves before the tick: the target is computed for the group as it is then.
     left = c.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
         version=1, group_id="g", member_id="A", member_epoch=-1), CLIENT, 0).response
     assert left is not None and left.error is Code.NONE
-    got = answers(c.on_timer(0))
-    r = got[b.ticket]
-    assert isinstance(r, ConsumerGroupHeartbeatResponse)
+    c.on_timer(0)
+    assert c.consumer.target_computations == 2
     # Group epochs: A's join 1, B's join 2, A's leave 3; B alone takes all 12 at epoch 3.
-    assert (r.error, r.member_epoch, [len(tp.partitions) for tp in r.assignment or ()]) == (Code.NONE, 3, [12])
+    r = beat(c, "B", 1, []).response
+    assert r is not None and (r.member_epoch, parts_of(r)) == (3, list(range(12)))
 
 
 def test_the_assignment_interval_holds_the_next_tick_back() -> None:
     c = core(consumer_assignment_batching=True, consumer_assignment_interval_ms=100)
-    a = join(c, "A", now=0)
-    # No earlier assignment: the tick is due at once.
-    assert c.next_deadline() == 0 and a.ticket is not None
-    assert list(answers(c.on_timer(0))) == [a.ticket]
-    b, d = join(c, "B", now=10), join(c, "D", now=60)
+    join(c, "A", now=0)  # the group's first target, at once (at 0)
+    assert c.consumer.target_computations == 1
+    join(c, "B", now=10)
+    join(c, "D", now=60)
     # The last assignment was at 0: the next waits until 0 + 100, for both joins.
-    assert c.next_deadline() == 100 and b.ticket is not None and d.ticket is not None
-    assert answers(c.on_timer(99)) == {}
-    assert sorted(answers(c.on_timer(100))) == sorted([b.ticket, d.ticket])
+    assert c.next_deadline() == 100
+    c.on_timer(99)
+    assert c.consumer.target_computations == 1
+    c.on_timer(100)
     assert c.consumer.target_computations == 2
     # Past the interval a new join's tick is due at once again.
-    e = join(c, "E", now=250)
-    assert c.next_deadline() == 250 and e.ticket is not None
+    join(c, "E", now=250)
+    assert c.next_deadline() == 250
