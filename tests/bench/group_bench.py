@@ -302,7 +302,11 @@ async def consumer_stable(port: int, topic: str, partitions: int, count: int,
                 described = (await admin.call(CONSUMER_GROUP_DESCRIBE, {"GroupIds": [group]})).Groups[0]
                 if joined is None and all(m.epoch > 0 for m in members):
                     joined = time.perf_counter() - started
-                if described.ErrorCode == 0 and described.GroupState == "Stable" and len(described.Members) == count:
+                # Stable with every partition assigned: a group whose topic the coordinator
+                # does not know yet is Stable too, with nothing assigned.
+                if described.ErrorCode == 0 and described.GroupState == "Stable" and len(described.Members) == count \
+                        and sum(len(tp.Partitions) for m in described.Members
+                                for tp in m.Assignment.TopicPartitions) == partitions:
                     elapsed = time.perf_counter() - started
                     break
                 await trio.sleep(poll)
