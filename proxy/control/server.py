@@ -48,6 +48,7 @@ from proxy.datapath.addressing import (
 )
 from proxy.datapath.authorize import Authorization
 from proxy.datapath.connection import Connection, Parts
+from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.rewrite import SITES, Rewriter
@@ -172,6 +173,8 @@ class Sidecar:
             features=self.features,
         )
         self.connection_settings = ConnectionSettings.from_config(config)
+        #: ``connections.max.idle.ms`` for every connection (one task, not one per connection).
+        self.idle = IdleSweeper(self.connection_settings.idle_timeout)
         #: Request bytes held by all connections (``queued.max.request.bytes``).
         self.memory = RequestMemory(queued_max_request_bytes(config))
         self._all_closed = trio.Event()
@@ -364,6 +367,7 @@ class Sidecar:
             gate=gate,
             tap=(lambda c: hub.tap(c.listener, c.peer[0], c.peer[1], self.broker_id)) if hub else (lambda c: None),
             authorization=self.authorization,
+            idle=self.idle,
         )
         return parts
 
@@ -424,6 +428,7 @@ class Sidecar:
                 for endpoint, sockets in listeners:
                     nursery.start_soon(self._accept, endpoint, sockets)
                 nursery.start_soon(self._expire_ip_sensors)
+                nursery.start_soon(self.idle.run)
                 if self.observers is not None:
                     nursery.start_soon(
                         run_hub, self.observers, self.config["observer.close.timeout.ms"] / 1000

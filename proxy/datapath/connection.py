@@ -33,8 +33,9 @@ wait, several frames in one ``writev``, a drain interrupts the read instead of a
 scope around each); frames are memoryview slices of the bytes each read returned, and a
 large frame is read straight into its own buffer (:mod:`proxy.datapath.frames`); only the
 request header is decoded (from a bounded view, :data:`HEADER_VIEW`); metric children are
-resolved once per API; the idle timeout is one watchdog task per connection, not a cancel
-scope per read; responses are only scanned, never decoded, unless they name brokers.
+resolved once per API; the idle timeout is one sweeper for the sidecar
+(:mod:`proxy.datapath.idle`), not a task or a cancel scope per connection; responses are
+only scanned, never decoded, unless they name brokers.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from proxy.config.settings import ConnectionSettings
 from proxy.datapath.authorize import REFRESH, Authorization, Denials, Patch
 from proxy.datapath.errors import ConnectionClosed, UpstreamError, frame_cause, reason_of
 from proxy.datapath.frames import FrameBuffer
+from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.responder import Responses, Slot
@@ -118,6 +120,8 @@ class Parts:
     tap: Callable[[Context], Tap | None] = lambda _context: None
     #: Kafka ACLs enforced on every request (``sidecar.authorizer=acls``), else ``None``.
     authorization: Authorization | None = None
+    #: Closes connections idle for ``connections.max.idle.ms`` (``None``: none are closed).
+    idle: IdleSweeper | None = None
 
 
 @dataclass
@@ -143,9 +147,9 @@ class Connection:
     """
 
     __slots__ = (
-        "_held", "_nursery", "_reading", "_receive_scope", "_stop", "_unsent", "_upstream",
+        "_expired", "_held", "_nursery", "_reading", "_receive_scope", "_stop", "_unsent", "_upstream",
         "_upstream_wire", "_writer_started", "_writing", "client", "client_wire", "context",
-        "gate", "idle_timeout", "last_receive", "listener", "max_buffered", "max_in_flight",
+        "gate", "last_receive", "listener", "max_buffered", "max_in_flight",
         "metrics", "parts", "peer", "registry", "responses", "router", "silent_produces",
         "stats", "tap", "tracker", "upstream_answered", "upstream_expected", "upstream_slots",
     )  # fmt: skip
@@ -160,7 +164,6 @@ class Connection:
         settings = parts.settings
         self.max_in_flight = settings.max_in_flight
         self.max_buffered = settings.max_buffered_bytes
-        self.idle_timeout = settings.idle_timeout
         self.registry = parts.registry
         self.router = parts.router
         self.metrics = parts.metrics
@@ -194,8 +197,10 @@ class Connection:
         self._unsent: memoryview | None = None
         #: Request bytes this connection holds in the sidecar-wide pool.
         self._held = 0
-        #: When the client last sent bytes (the idle watchdog's reference).
+        #: When the client last sent bytes (the idle sweeper's reference).
         self.last_receive = trio.current_time()
+        #: Set by the idle sweeper when it closes the connection: ``(reason, detail)``.
+        self._expired: tuple[str, str] | None = None
 
     @property
     def principal(self) -> str:
@@ -213,16 +218,24 @@ class Connection:
         """Serve the connection until it ends; never raises for a peer's fault."""
         metrics = self.metrics
         reason, detail = "client_closed", ""
+        idle = self.parts.idle
+        if idle is not None:
+            idle.add(self)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._client_pump, nursery.cancel_scope)
                 if not self.client_wire.writes_at_once:
                     self._start_writer()
-                nursery.start_soon(self._idle_watchdog)
+                # The pump is the nursery's body, not a task of its own (one task fewer per
+                # connection); the nursery holds the writer and the answers-later.
+                await self._client_pump(nursery.cancel_scope)
         except BaseExceptionGroup as group:
             reason, detail = reason_of(group)
         finally:
+            if idle is not None:
+                idle.discard(self)
+            if self._expired is not None:
+                reason, detail = self._expired
             self.parts.memory.change(-self._held)
             self._held = 0
             if self.tap is not None:
@@ -347,23 +360,20 @@ class Connection:
         decoder.filled(count)
         return True
 
-    async def _idle_watchdog(self) -> None:
-        """Close the connection after ``connections.max.idle.ms`` without a request.
-
-        A connection waiting for answers is not idle; nor is one that is draining. One
-        task per connection instead of a timeout around every read: a cancel scope per
-        read showed in profiles of small requests.
-        """
-        mark = self.last_receive
-        while True:
-            await trio.sleep_until(max(self.last_receive, mark) + self.idle_timeout)
-            now = trio.current_time()
-            if now < self.last_receive + self.idle_timeout:
-                continue  # the client sent something meanwhile
-            if self.responses.slots or not self._reading:
-                mark = now  # busy or draining: look again one period from now
-                continue
-            raise ConnectionClosed("idle", f"no request for {self.idle_timeout:g}s")
+    def idle_expired(self, now: float, timeout: float) -> bool:
+        """Close the connection if the client sent nothing for ``timeout`` seconds up to
+        ``now`` (the idle sweeper asks); True if it was closed. A connection waiting for
+        answers is not idle; nor is one that is draining."""
+        if now < self.last_receive + timeout or self._nursery is None:
+            return False
+        if self.responses.slots or not self._reading:
+            # Busy or draining: the idle time counts again from now (at the sweep's
+            # precision), as from the last request.
+            self.last_receive = now
+            return False
+        self._expired = ("idle", f"no request for {timeout:g}s")
+        self._nursery.cancel_scope.cancel()
+        return True
 
     def _at_capacity(self) -> bool:
         return (

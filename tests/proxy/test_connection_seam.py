@@ -26,6 +26,7 @@ from proxy.config.settings import ConnectionSettings
 from proxy.datapath.addressing import StaticAddressBook
 from proxy.datapath.connection import Connection, Parts
 from proxy.datapath.errors import UpstreamError
+from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.rewrite import Rewriter
@@ -119,6 +120,7 @@ async def build(
     handler: Callable[[LocalRequest, Context], Answer] | None = None,
     settings: ConnectionSettings | None = None,
     broker: FakeBroker | None = None,
+    idle: IdleSweeper | None = None,
 ) -> Harness:
     registry = ApiRegistry()
     table = LocalApiTable([heartbeat_api(handler)] if handler is not None else [])
@@ -136,6 +138,7 @@ async def build(
         router=router,
         metrics=SidecarMetrics(registry),
         open_upstream=open_upstream,
+        idle=idle,
     )
     client, server_side = trio.testing.memory_stream_pair()
     context = Context(listener="PLAINTEXT", peer=("127.0.0.1", 5), ports=Ports(upstream=NoUpstreamInfo(), brokers=NoBrokers()))
@@ -224,17 +227,22 @@ async def test_idle_timeout_closes_a_quiet_connection_but_not_a_waiting_one(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     got: list[tuple[float, int]] = []
+    sweeper = IdleSweeper(10.0)  # looks every second
     async with trio.open_nursery() as nursery:
-        h = await build(nursery, later(30.0), ConnectionSettings(idle_timeout=10.0))
+        nursery.start_soon(sweeper.run)
+        h = await build(nursery, later(30.0), idle=sweeper)
         start = trio.current_time()
         nursery.start_soon(h.connection.run)
         await h.client.send_all(request(HEARTBEAT, 0, 1))
         # Waiting 30 s for its answer is not idle: the answer arrives.
         await read_responses(h.client, 1, got)
         assert got[0][0] - start == pytest.approx(30.0)
-        # Then nothing for the idle timeout: the sidecar closes the connection.
+        # Then nothing for the idle timeout: the sidecar closes the connection, within a
+        # sweep (a second) of 10 s after it stopped waiting.
         assert await h.client.receive_some(10) == b""
-        assert trio.current_time() - start == pytest.approx(40.0)
+        assert 39.0 <= trio.current_time() - start <= 41.0
+        assert len(sweeper) == 0
+        nursery.cancel_scope.cancel()
 
 
 async def test_drain_answers_what_is_in_flight_then_closes(autojump_clock: trio.testing.MockClock) -> None:
