@@ -344,7 +344,8 @@ KEYS: tuple[Key, ...] = (
     Key("sidecar.response.max.bytes", "int", "1073741824",
         "Largest response frame accepted from the broker.", _int(1), ">= 1"),
     Key("connections.max.idle.ms", "int", "600000",
-        "Close a client connection with no request in flight after this long idle.",
+        "Close a client connection with no request in flight after this long idle (checked a "
+        "tenth of it apart, at most every second: closed within one such period after the timeout).",
         _int(1), ">= 1"),
     Key("sidecar.max.in.flight.requests.per.connection", "int", "1000",
         "Requests one client connection may have outstanding; at the bound the sidecar stops "
