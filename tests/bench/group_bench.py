@@ -512,9 +512,9 @@ def core_formation(members: int, tick: int) -> dict[str, float]:
     """The core alone, no I/O: ``members`` KIP-848 members join one group subscribed to a
     topic of ``2 * members`` partitions, one call each, then heartbeat in turn (owning
     what they were last told) until the group is Stable. ``tick``: the shell's tick (the
-    timer call that answers parked heartbeats, and the writer taking what is queued)
-    comes after every ``tick`` calls, in batched mode; 0: immediate mode (every call
-    answered at once), writes taken after every call."""
+    timer call that computes the next target, and the writer taking what is queued)
+    comes after every ``tick`` calls, in batched mode; 0: immediate mode (the heartbeat
+    that finds the group epoch ahead computes the target), writes taken after every call."""
     from coordinator.batching import flatten
     from coordinator.consumer_group import ConsumerGroup, ConsumerState
     from coordinator.core import GroupCoordinator
