@@ -385,10 +385,13 @@ class ConsumerProtocol:
                 self.fence(group, member_id, now)
 
     def resume(self, group: ConsumerGroup, now: int) -> None:
-        """Arm the session deadlines of a group loaded from the store."""
+        """Arm the session deadlines of a group loaded from the store, and (batched mode)
+        the tick of a target its previous owner had not computed yet."""
         for member_id in group.members:
             self.ctx.timers.set((SESSION, group.group_id, member_id),
                                 now + self.ctx.settings.consumer_session_timeout_ms)
+        if self.ctx.settings.consumer_assignment_batching:
+            self._schedule_assignment(group, now)
 
     def abandon(self, group_id: str) -> None:
         """This sidecar stops serving ``group_id`` (hand-over): forget its bookkeeping."""

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from coordinator.batching import flatten
 from coordinator.consumer_group import ConsumerGroup, ConsumerState
-from coordinator.core import GroupCoordinator
+from coordinator.core import GroupCoordinator, LoadedGroup
 from coordinator.errors import Code
 from coordinator.messages import (
     ConsumerGroupHeartbeatRequest,
@@ -177,3 +177,18 @@ def test_the_assignment_interval_holds_the_next_tick_back() -> None:
     # Past the interval a new join's tick is due at once again.
     join(c, "E", now=250)
     assert c.next_deadline() == 250
+
+
+def test_a_group_taken_over_before_its_tick_gets_its_target_on_the_new_owner() -> None:
+    old = core(consumer_assignment_batching=True)
+    join(old, "A")
+    join(old, "B")  # epoch 2, its tick not run yet: the owner moves on now
+    record = group(old).to_record()
+    assert (record["group_epoch"], record["assignment_epoch"]) == (2, 1)
+    new = core(consumer_assignment_batching=True)
+    new.load([LoadedGroup(group_id="g", record=record, offsets={})], 1_000)
+    # The tick is armed at load, not left to the first heartbeat.
+    assert new.next_deadline() == 1_000
+    new.on_timer(1_000)
+    assert (group(new).assignment_epoch, new.consumer.target_computations) == (2, 1)
+    assert sorted(len(ps[T]) for ps in group(new).target.values()) == [6, 6]
