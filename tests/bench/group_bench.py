@@ -433,12 +433,13 @@ def bare_transactions(connect: str, ops: int, count: int = 50) -> dict[str, floa
     median and p99 over ``count``, in ms; the reference for the sidecar's write times."""
     from kazoo.client import KazooClient
 
-    client = KazooClient(hosts=f"{connect}/bench-bare-{uuid.uuid4().hex[:8]}", timeout=10)
+    client = KazooClient(hosts=connect, timeout=10)
     client.start(timeout=10)
+    base = f"/bench-bare-{uuid.uuid4().hex[:8]}"
     try:
-        client.ensure_path("/")
+        client.ensure_path(base)
         for i in range(ops):
-            client.create(f"/p{i}", b"")
+            client.create(f"{base}/p{i}", b"")
         value = json.dumps({"version": 1, "offset": 42, "leader_epoch": -1, "metadata": "",
                             "commit_timestamp": 1700000000000, "expire_timestamp": None}).encode()
         times = []
@@ -446,7 +447,7 @@ def bare_transactions(connect: str, ops: int, count: int = 50) -> dict[str, floa
             began = time.perf_counter()
             txn = client.transaction()
             for i in range(ops):
-                txn.set_data(f"/p{i}", value)
+                txn.set_data(f"{base}/p{i}", value)
             txn.commit()
             times.append(time.perf_counter() - began)
     finally:
