@@ -166,15 +166,12 @@ class ConsumerProtocol:
         self.ctx.timers.set((SESSION, group.group_id, member_id), now + self.ctx.settings.consumer_session_timeout_ms)
         full = joining or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
                            and req.topic_partitions is not None)
-        if self.ctx.settings.consumer_assignment_batching and group.assignment_epoch > 0:
-            # The next target is the tick's (once for every change until then); this member
-            # is answered now against the current one and gets the next at a later heartbeat.
-            self._schedule_assignment(group, now)
-        elif group.group_epoch > group.assignment_epoch:
-            # Immediate mode, or a group's first target (its first member must be answered
-            # with an epoch above 0: a member at epoch 0 would be joining again).
-            self._refresh_target(group)
-            group.assigned_at = now
+        # Batched mode: the next target is the tick's (armed by the epoch bump, or at load),
+        # and this member is answered against the current one. At once: in immediate mode,
+        # and for a group's first target (its first member must be answered with an epoch
+        # above 0: a member at epoch 0 would be joining again).
+        if not (self.ctx.settings.consumer_assignment_batching and group.assignment_epoch > 0):
+            self._refresh_target(group, now)
         final = self._reconcile(group, updated, req.topic_partitions, now)
         changed = final.assignment.assigned != member.assignment.assigned
         if bump or changed or final != member:
@@ -252,10 +249,10 @@ class ConsumerProtocol:
         interval = self.ctx.settings.consumer_assignment_interval_ms
         self.ctx.timers.set(key, now if last is None else max(now, last + interval))
 
-    def _refresh_target(self, group: ConsumerGroup) -> None:
-        """A new target assignment, once per group epoch, when a heartbeat needs it."""
+    def _refresh_target(self, group: ConsumerGroup, now: int) -> bool:
+        """A new target assignment, once per group epoch; whether one was computed."""
         if group.group_epoch <= group.assignment_epoch:
-            return
+            return False
         self.target_computations += 1
         names = group.subscription_metadata
         counts = {tid: count for tid, count in names.values()}
@@ -281,7 +278,9 @@ class ConsumerProtocol:
                  for m in group.members.values()}
         group.target = ASSIGNORS[self.assignor_of(group)](specs, counts)
         group.assignment_epoch = group.group_epoch
+        group.assigned_at = now
         self.ctx.timers.cancel((ASSIGN, group.group_id))  # a tick armed for this epoch is moot
+        return True
 
     def assignor_of(self, group: ConsumerGroup) -> str:
         """The assignor most members ask for (ties: the configured order), else the default."""
@@ -362,11 +361,8 @@ class ConsumerProtocol:
         """The tick of batched mode: the group's next target, once for every change since
         the last one. Members reconcile towards it at their next heartbeats."""
         group = self.ctx.groups.get(group_id)
-        if not isinstance(group, ConsumerGroup) or group.group_epoch <= group.assignment_epoch:
-            return
-        self._refresh_target(group)
-        group.assigned_at = now
-        self._persist(group, now)
+        if isinstance(group, ConsumerGroup) and self._refresh_target(group, now):
+            self._persist(group, now)
 
     def on_timer(self, key: tuple[Hashable, ...], now: int) -> None:
         """Handle one due timer of this protocol."""

@@ -61,9 +61,6 @@ log = logging.getLogger(__name__)
 #: The least time between two target assignments of a KIP-848 group (batched mode): joins
 #: arriving within it share one assignor run (tests/bench/RESULTS.md, issue 16).
 ASSIGNMENT_INTERVAL_MS = 200
-#: Batched KIP-848 target assignment (docs/coordinator.md): one assignor run per tick for
-#: every change since the last, heartbeats answered at once against the current target.
-BATCHED_ASSIGNMENT = True
 
 
 def wall_ms() -> int:
@@ -165,9 +162,9 @@ class GroupService:
         claim_wait: float = 5.0,
     ) -> None:
         self.clock = clock
-        # The timer task runs batched assignment's ticks (a due tick runs as soon as the
-        # requests already runnable are handled).
-        self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=BATCHED_ASSIGNMENT,
+        # Batched KIP-848 assignment (docs/coordinator.md): the timer task runs its ticks (a
+        # due tick runs as soon as the requests already runnable are handled).
+        self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=True,
                                              consumer_assignment_interval_ms=ASSIGNMENT_INTERVAL_MS), now=clock())
         self.zk = zk
         #: The fleet view (``None``: this sidecar serves every group, alone).
@@ -434,7 +431,7 @@ class GroupService:
             return True
         self.core.adopt(loaded, group_id, self.clock())
         self.fleet.claimed(group_id, version)
-        self._deadline_changed.set()
+        self._wake_timers()
         self._release_waiting()
         took = trio.current_time() - began
         log.info("coordinator: serving group %r (claim version %d, %s, %.0f ms)", group_id, version,

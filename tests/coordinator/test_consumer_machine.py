@@ -333,6 +333,15 @@ class BatchedConsumerMachine(ConsumerMachine):
         assert group is None or group.group_epoch == group.assignment_epoch
 
 
+    @invariant()
+    def a_group_behind_its_epoch_has_its_tick_armed(self) -> None:
+        # Heartbeats never compute a target in batched mode (but a group's first): a group
+        # whose epoch moved on must have its tick armed, or its members would wait forever.
+        group = self.group()
+        if group is not None and not group.dead and group.group_epoch > group.assignment_epoch:
+            assert ("consumer.assign", "g") in self.core.ctx.timers
+
+
 TestBatchedConsumerMachine = BatchedConsumerMachine.TestCase
 TestBatchedConsumerMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 
