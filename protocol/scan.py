@@ -273,6 +273,174 @@ def top_level_tags(
     return TagSection(start, tags)
 
 
+#: Bytes a :class:`TagSectionFinder` reader is given: the longest read is a tag and its
+#: size (two varints of at most 5 bytes).
+_WINDOW = 16
+
+
+def _byte(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    return buf[pos], pos + 1  # the finder reads only with a byte in hand
+
+
+def _tag_head(buf: memoryview, pos: int, end: int) -> tuple[tuple[int, int], int]:
+    tag, pos = _uvarint(buf, pos, end)
+    size, pos = _uvarint(buf, pos, end)
+    return (tag, size), pos
+
+
+class TagSectionFinder:
+    """Where a message's top-level tagged fields begin, found while the message arrives.
+
+    A forwarder that passes a large response on as it arrives (cut-through) may send
+    every byte before the top-level tag section at once, but must hold the section back
+    until it has it whole: it may name a broker (KIP-951 ``NodeEndpoints``). Fed the
+    message body in order, in pieces of any size (:meth:`feed`), the finder walks the same
+    plan as :func:`walk` and refuses what it refuses, at the first piece that shows it.
+    Records are skipped by their length, before their bytes arrive; only the bytes of the
+    field being read, and once found the tag section, are kept.
+
+    :attr:`safe` is how many of the bytes fed are known to lie before the section (forward
+    them); :attr:`start` is the section's offset once the walk reached it. The section
+    itself is then :meth:`section` once the whole message has been fed; it is not checked
+    here (:func:`skip_tags` on it does, as :func:`top_level_tags` would).
+    """
+
+    __slots__ = ("_base", "_buf", "_end", "_steps", "_walker", "pos", "received", "start")
+
+    def __init__(self, spec: MessageSpec, version: int, size: int) -> None:
+        steps = plan(spec, version)
+        if not steps or steps[-1][0] != TAGS:
+            raise ValueError(f"{spec.name} v{version} has no top-level tagged fields")
+        self._steps = steps[:-1]
+        #: The body's size (known from the frame's size prefix).
+        self._end = size
+        #: Bytes fed so far; the walk stands at :attr:`pos` (it may be past what was fed).
+        self.received = 0
+        self.pos = 0
+        #: Kept bytes: ``_buf`` holds the body from offset ``_base`` up to ``received``.
+        self._buf = bytearray()
+        self._base = 0
+        self.start: int | None = None
+        self._walker: Any = self._run()
+        self._resume()
+
+    @property
+    def safe(self) -> int:
+        """Leading bytes of the body fed and known to precede the tag section."""
+        return min(self.pos if self.start is None else self.start, self.received)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """The next bytes of the body (raises the scanner's errors for what they show)."""
+        first = self.received
+        self.received = first + len(data)
+        if self.received > self._end:
+            raise TrailingBytes(self.received - self._end, "more bytes fed than the message holds")
+        keep = self.pos if self.start is None else self.start  # the first byte still needed
+        if keep > self._base:  # kept bytes cover [_base, first): what the walk passed goes
+            drop = min(keep, first) - self._base
+            del self._buf[:drop]
+            self._base += drop
+        if keep >= self.received:  # the walk is past all of it (skipping records)
+            self._base = self.received
+        else:
+            start = max(keep, first)
+            if not self._buf:
+                self._base = start
+            self._buf += data[start - first :]
+        if self._walker is not None:
+            self._resume()
+
+    def section(self) -> bytes:
+        """The tag section, once :attr:`start` is known and the whole body was fed."""
+        if self.start is None or self.received < self._end:
+            raise Truncated("the tag section has not arrived whole")
+        return bytes(self._buf[self.start - self._base :])
+
+    def _resume(self) -> None:
+        try:
+            next(self._walker)
+        except StopIteration:
+            self._walker = None
+
+    def _run(self) -> Any:
+        yield from self._walk(self._steps)
+        self.start = self.pos
+
+    def _read(self, reader: Any) -> Any:
+        """``reader(view, offset, end)`` on the bytes at :attr:`pos`, once they are in:
+        it returns ``(value, offset after it)``; the walk moves past what it read.
+
+        Given a copy of the kept bytes (a view of the buffer itself would stop
+        :meth:`feed` from resizing it), a reader that runs out of bytes is tried again
+        when more arrive; only at the message's end is that an error.
+        """
+        while True:
+            while self.received <= self.pos < self._end:
+                yield
+            at = self.pos - self._base
+            window = memoryview(bytes(self._buf[at : at + _WINDOW]))
+            try:
+                value, after = reader(window, 0, len(window))
+            except Truncated:
+                if self.received >= self._end:
+                    raise
+                yield
+                continue
+            self.pos += after
+            return value
+
+    def _length(self, compact: bool, wide: bool) -> Any:
+        return (yield from self._read(lambda view, at, end: length(view, at, end, compact, wide)))
+
+    def _walk(self, steps: Steps) -> Any:
+        end = self._end
+        for step in steps:
+            op = step[0]
+            if op == FIXED:
+                size: int = step[1]
+                if self.pos + size > end:
+                    raise Truncated(f"needed {size} byte(s), only {end - self.pos} left")
+                self.pos += size
+            elif op == BLOB:
+                n = yield from self._length(step[1], step[2])
+                if n < 0 and _null(n, step[3]):
+                    continue
+                if self.pos + n > end:
+                    raise Truncated(f"needed {n} byte(s), only {end - self.pos} left")
+                self.pos += n
+            elif op == ARRAY:
+                n = yield from self._length(step[1], True)
+                if n < 0 and _null(n, step[2]):
+                    continue
+                if n > end - self.pos:
+                    raise Truncated(f"array announces {n} elements, {end - self.pos} byte(s) left")
+                element_size: int = step[3]
+                if element_size >= 0:
+                    if self.pos + n * element_size > end:
+                        raise Truncated(f"needed {n * element_size} byte(s), only {end - self.pos} left")
+                    self.pos += n * element_size
+                else:
+                    for _ in range(n):
+                        yield from self._walk(step[4])
+            elif op == NULLABLE:
+                if self.pos >= end:
+                    raise Truncated("needed 1 byte(s), only 0 left")
+                marker = yield from self._read(_byte)
+                if marker < 0x80:
+                    yield from self._walk(step[1])
+            else:
+                count = yield from self._read(_uvarint)
+                last = -1
+                for _ in range(count):
+                    tag, size = yield from self._read(_tag_head)
+                    if tag <= last:
+                        raise InvalidTaggedFields(f"tag {tag} after tag {last}: tags must be strictly increasing")
+                    last = tag
+                    if self.pos + size > end:
+                        raise Truncated(f"needed {size} byte(s), only {end - self.pos} left")
+                    self.pos += size
+
+
 def response_header_size(data: bytes | bytearray | memoryview, header_version: int) -> int:
     """How many bytes the response header at the start of ``data`` takes (v0 or v1)."""
     view = _view(data)

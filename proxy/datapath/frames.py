@@ -66,6 +66,31 @@ class FrameBuffer(FrameDecoder):
         self._filled += count
         self.buffered += count
 
+    @property
+    def gathering(self) -> int:
+        """The whole size of the frame being gathered (size prefix included), or -1 while
+        between frames or its size is not in yet."""
+        return self._need
+
+    def take_partial(self) -> bytes:
+        """Remove the bytes of the incomplete frame being gathered: the caller reads and
+        forwards the rest of it itself (cut-through); the buffer is then between frames.
+
+        Call when :attr:`gathering` is known and every byte buffered belongs to that
+        frame (``buffered < gathering``), whether it was being read in place or not.
+        """
+        assert 0 <= self.buffered < self._need
+        if self._direct is not None:
+            head = bytes(memoryview(self._direct)[: self._filled])
+            self._direct = None
+        else:
+            head = b"".join(chunk[self._head :] if i == 0 else chunk for i, chunk in enumerate(self._chunks))
+            self._chunks.clear()
+            self._head = 0
+        self.buffered = 0
+        self._need = -1
+        return head
+
     def next_frame(self) -> memoryview | Sentinel:
         """The next complete frame (size prefix included), ``NEED_DATA`` or ``EOF``."""
         if self._direct is None:

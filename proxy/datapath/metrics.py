@@ -65,6 +65,10 @@ class SidecarMetrics:
         self.unsupported = Counter(
             "ksidecar_unsupported_requests", "Requests neither the sidecar nor the broker "
             "supports, by API key.", ["api_key"], registry=r)
+        self.streamed = Counter(
+            "ksidecar_streamed_responses", "Responses forwarded to clients while they arrived from "
+            "the broker (cut-through: large responses with nothing ahead of them), by API.",
+            ["api"], registry=r)
         self.rewrites = Counter(
             "ksidecar_rewrites", "Responses whose broker addresses were rewritten, by API.",
             ["api"], registry=r)
@@ -136,7 +140,7 @@ class ApiMetrics:
 
     __slots__ = (
         "_metrics", "_requests", "api_key", "label", "local", "request_bytes",
-        "response_bytes", "responses", "sidecar_latency", "upstream_latency", "versions",
+        "response_bytes", "responses", "sidecar_latency", "streamed", "upstream_latency", "versions",
     )  # fmt: skip
 
     def __init__(self, metrics: SidecarMetrics, api_key: int, label: str) -> None:
@@ -152,6 +156,7 @@ class ApiMetrics:
         self.upstream_latency = metrics.upstream_latency.labels(label)
         self.sidecar_latency = metrics.sidecar_latency.labels(label)
         self.local = metrics.local.labels(label)
+        self.streamed = metrics.streamed.labels(label)
         self._requests: dict[tuple[int, str], Any] = {}
 
     def requests(self, version: int, outcome: str) -> Any:

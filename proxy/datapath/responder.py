@@ -42,6 +42,10 @@ class Slot:
     #: What the ACLs refused (or, in shadow mode, would have): ``(resource type, name,
     #: operation, mode)`` each, for the audit.
     denials: tuple[tuple[str, str, str, str], ...] = ()
+    #: Bytes of the answer forwarded while it arrived (cut-through); ``data`` is the rest.
+    streamed: int = 0
+    #: The whole answer as sent, for observers, when ``data`` is only its rest.
+    whole: bytes | memoryview | None = None
 
 
 class Responses:

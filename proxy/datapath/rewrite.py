@@ -31,11 +31,11 @@ from typing import Any
 import construct as c
 
 from protocol.apis import Api
-from protocol.errors import ErrorCode
-from protocol.primitives import encode_uvarint
-from protocol.scan import top_level_tags
+from protocol.errors import ErrorCode, TrailingBytes
+from protocol.scan import skip_tags, top_level_tags
 from protocol.schema import decode, encode
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
+from protocol.tagged import encoded_section, fitted_section
 from proxy.datapath.addressing import AddressBook
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,12 @@ def rewrites_version(api: Api, version: int) -> bool:
     return bool(_plan(api, version).sites)
 
 
+def rewrites_tags_only(api: Api, version: int) -> bool:
+    """True when every place a response of ``api`` at ``version`` can name a broker is a
+    top-level tagged field: the bytes before its tag section are never changed."""
+    return _plan(api, version).tags is not None
+
+
 @dataclass
 class RewriteResult:
     """A rewritten body and what happened to its entries."""
@@ -178,10 +184,58 @@ class Rewriter:
         """Rewrite sites that are top-level tagged fields, decoding nothing else."""
         section = top_level_tags(api.response, version, body)
         view = memoryview(body)
+        found = self._tag_values(api, version, view, section.tags, sites)
+        if found is None:
+            return None
+        values, rewritten, unmapped = found
+        entries = [(tag, values.get(tag, view[start:end])) for tag, (start, end) in section.tags.items()]
+        return RewriteResult(bytes(view[: section.start]) + encoded_section(entries), rewritten, unmapped)
+
+    def rewrite_section(self, api: Api, version: int, section: bytes) -> RewriteResult | None:
+        """The top-level tag section of a response whose bytes before it are already on
+        their way to the client (cut-through): rewritten in exactly its own length.
+
+        The rewritten entries are written in order and the room left is filled with a tag
+        no reader knows (:func:`~protocol.tagged.fitted_section`). Entries that grew past
+        the room are dropped instead, as an unmapped broker is: the client then learns
+        the leader from Metadata, which names sidecars. ``None`` when nothing names a
+        broker. Raises the scanner's errors for a section that cannot be read.
+        """
+        sites = _plan(api, version).tags
+        if not sites:
+            return None
+        view = memoryview(section)
+        spans: dict[int, tuple[int, int]] = {}
+        end = skip_tags(view, 0, len(view), spans)
+        if end != len(view):
+            raise TrailingBytes(len(view) - end, f"{api.response.name} v{version}")
+        found = self._tag_values(api, version, view, spans, sites)
+        if found is None:
+            return None
+        values, rewritten, unmapped = found
+        entries = [(tag, values.get(tag, view[start:stop])) for tag, (start, stop) in spans.items()]
+        body = fitted_section(entries, len(view))
+        if body is None:
+            log.info("%s v%d: rewritten %s does not fit the room the broker's took; dropped",
+                     api.name, version, ", ".join(sites[tag][0].array or "" for tag in values))
+            kept = [(tag, value) for tag, value in entries if tag not in values]
+            body = fitted_section(kept, len(view))
+            assert body is not None, "dropping an entry always leaves room for the filler"
+        return RewriteResult(body, rewritten, unmapped)
+
+    def _tag_values(
+        self,
+        api: Api,
+        version: int,
+        view: memoryview,
+        tags: dict[int, tuple[int, int]],
+        sites: dict[int, tuple[Site, MessageSpec]],
+    ) -> tuple[dict[int, bytes], int, int] | None:
+        """The new values of the site tags present (``None`` when none names a broker)."""
         values: dict[int, bytes] = {}
         rewritten = unmapped = 0
         for tag, (site, spec) in sites.items():
-            where = section.tags.get(tag)
+            where = tags.get(tag)
             if where is None:
                 continue
             raw = view[where[0] : where[1]]
@@ -196,15 +250,7 @@ class Rewriter:
             values[tag] = encode(spec, version, {name: kept})[:-1]  # without its tag count
         if not rewritten and not unmapped:
             return None
-        out = bytearray(view[: section.start])
-        out += encode_uvarint(len(section.tags))
-        for tag, (start, end) in section.tags.items():
-            value = values.get(tag)
-            data = view[start:end] if value is None else value
-            out += encode_uvarint(tag)
-            out += encode_uvarint(len(data))
-            out += data
-        return RewriteResult(bytes(out), rewritten, unmapped)
+        return values, rewritten, unmapped
 
     def _entries(self, api: Api, entries: Any, site: Site) -> tuple[c.ListContainer, int, int]:
         """Rewrite a list of broker entries: ``(kept entries, rewritten, unmapped)``.

@@ -11,12 +11,13 @@ answers it (KIP-35) or closes, by policy. Responses that name brokers are rewrit
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from protocol.apis import ApiRegistry
+from protocol.apis import Api, ApiRegistry
 from protocol.framing import size_prefix
 from protocol.headers import RequestHeader
-from protocol.scan import response_header_size
-from proxy.datapath.rewrite import SITES, Rewriter, rewrites_version
+from protocol.scan import TagSectionFinder, response_header_size
+from proxy.datapath.rewrite import SITES, Rewriter, rewrites_tags_only, rewrites_version
 from proxy.local.api import Context, LocalApi, LocalApiTable
 from proxy.local.ports import UpstreamView
 
@@ -28,6 +29,22 @@ UNSUPPORTED = "unsupported"
 OPAQUE = "opaque"
 #: The same under ``sidecar.unparsed.request.policy=close``: the connection is closed.
 UNPARSED = "unparsed"
+
+
+@dataclass(frozen=True, slots=True)
+class Streaming:
+    """How a response may go to the client while it arrives (cut-through, see
+    ``Connection._stream_response``): the API and version it answers, and whether its
+    top-level tag section can name a broker (then it is held back, and rewritten in its
+    own length)."""
+
+    api: Api
+    version: int
+    tags: bool
+
+    def finder(self, body_size: int) -> TagSectionFinder | None:
+        """The tag-section finder for a body of ``body_size`` bytes, or ``None`` (no tags)."""
+        return TagSectionFinder(self.api.response, self.version, body_size) if self.tags else None
 
 
 class Router:
@@ -83,6 +100,30 @@ class Router:
             return UNPARSED if policy == "close" else UNSUPPORTED
         known = self.registry.get(key)
         return FORWARD if known is not None and version in known.versions else UNSUPPORTED
+
+    def streaming(self, header: RequestHeader) -> Streaming | None:
+        """How a response to ``header`` may be forwarded as it arrives, or ``None`` when
+        it must be read whole first (its broker entries are rewritten by decoding it).
+        Responses the sidecar does not parse (``sidecar.unparsed.request.policy=forward``)
+        are never streamed: they are small, and rare."""
+        api = self.registry.get(header.api_key)
+        if api is None or header.api_version not in api.versions:
+            return None
+        if not rewrites_version(api, header.api_version):
+            return Streaming(api, header.api_version, tags=False)
+        if rewrites_tags_only(api, header.api_version):
+            return Streaming(api, header.api_version, tags=True)
+        return None
+
+    def rewrite_section(self, streaming: Streaming, section: bytes) -> bytes | None:
+        """A streamed response's top-level tag section rewritten in its own length, or
+        ``None`` to send the broker's (see :meth:`Rewriter.rewrite_section`)."""
+        result = self.rewriter.rewrite_section(streaming.api, streaming.version, section)
+        if result is None:
+            return None
+        if result.rewritten:
+            self._on_rewrite(streaming.api.name)
+        return result.body
 
     def rewrite_response(
         self, header: RequestHeader, response_header_version: int, body: memoryview

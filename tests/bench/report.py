@@ -295,6 +295,12 @@ def markdown(document: dict[str, Any], results: Sequence[WorkloadResult]) -> str
         lines += ["", "CPU columns: the proxy process's CPU time over the run, as a share "
                   "of one core, and per request (all requests of the run, warm-up included).",
                   ""]
+        for r in throughput:
+            if "relay/direct" in r.comparisons:
+                lines += [f"{r.workload.title} through the minimal relay (`tests/bench/relay.py`, "
+                          f"in front of a broker of its own, filled alike): {_cell(r, 'relay')} "
+                          f"{r.workload.unit}, {_ratio(r.comparisons, 'relay/direct')} of direct: "
+                          "what one extra userspace hop costs on this machine.", ""]
     latency = [r for r in results if r.workload.additive]
     if latency:
         lines += [

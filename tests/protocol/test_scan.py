@@ -6,10 +6,14 @@
   the decoder accepts, the scanner accepts and ends at the same offset; if the scanner
   refuses, the decoder refuses too.
 * Hand-made Produce and Fetch responses: records are skipped, NodeEndpoints is found.
+* The progressive finder (cut-through forwarding) fed any chunking of a message finds
+  the tag section :func:`top_level_tags` finds, refuses what it refuses, never calls a
+  byte of the section safe to forward, and keeps only a little of a large message.
 """
 
 from __future__ import annotations
 
+import itertools
 import uuid
 
 import pytest
@@ -25,7 +29,15 @@ from protocol.errors import (
     Truncated,
 )
 from protocol.primitives import UNKNOWN_TAGS_KEY, is_default
-from protocol.scan import message_end, plan, response_header_size, top_level_tags
+from protocol.scan import (
+    TagSection,
+    TagSectionFinder,
+    message_end,
+    plan,
+    response_header_size,
+    skip_tags,
+    top_level_tags,
+)
 from protocol.schema import decode, decode_prefix, encode, field_default
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
 from tests.protocol.strategies import all_schemas, message_values
@@ -114,6 +126,94 @@ def test_scanner_agrees_with_the_decoder_on_mutated_messages(
         top_level_tags(spec, version, sample)
     except ProtocolError:
         assert not accepted, "the scanner refused what the decoder accepts"
+
+
+FLEXIBLE = [case for case in CASES if case.values[0].is_flexible(case.values[1])]
+
+
+def _chunks(data: st.DataObject, size: int) -> list[int]:
+    """Cut points of a random chunking of ``size`` bytes."""
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, size), max_size=12))))
+    return [0, *cuts, size]
+
+
+def _found(spec: MessageSpec, version: int, wire: bytes, cuts: list[int]) -> TagSection:
+    """The top-level tag section as a forwarder finds it, feeding ``wire`` in pieces."""
+    finder = TagSectionFinder(spec, version, len(wire))
+    safe = 0
+    for start, end in itertools.pairwise(cuts):
+        finder.feed(wire[start:end])
+        assert safe <= finder.safe <= finder.received, "safe went back or ran ahead"
+        safe = finder.safe
+    assert finder.start is not None and safe == finder.start
+    section = finder.section()
+    spans: dict[int, tuple[int, int]] = {}
+    used = skip_tags(memoryview(section), 0, len(section), spans)
+    if used != len(section):
+        raise TrailingBytes(len(section) - used, "after the tag section")
+    return TagSection(finder.start, {tag: (a + finder.start, b + finder.start) for tag, (a, b) in spans.items()})
+
+
+@pytest.mark.parametrize(("spec", "version"), FLEXIBLE)
+@settings(max_examples=EXAMPLES)
+@given(data=st.data())
+def test_the_finder_finds_the_tag_section_in_any_chunking(
+    spec: MessageSpec, version: int, data: st.DataObject
+) -> None:
+    wire = encode(spec, version, data.draw(message_values(spec, version)))
+    assert _found(spec, version, wire, _chunks(data, len(wire))) == top_level_tags(spec, version, wire)
+
+
+@pytest.mark.parametrize(("spec", "version"), SCANNED)
+@settings(max_examples=EXAMPLES * 4)
+@given(data=st.data())
+def test_the_finder_refuses_what_the_scanner_refuses(
+    spec: MessageSpec, version: int, data: st.DataObject
+) -> None:
+    if data.draw(st.booleans()):
+        sample = data.draw(st.binary(max_size=80))
+    else:
+        wire = bytearray(encode(spec, version, data.draw(message_values(spec, version))))
+        for _ in range(data.draw(st.integers(0, 3)) if wire else 0):
+            wire[data.draw(st.integers(0, len(wire) - 1))] = data.draw(st.integers(0, 255))
+        sample = bytes(wire[: data.draw(st.integers(0, len(wire)))])
+    try:
+        expected: TagSection | type[Exception] = top_level_tags(spec, version, sample)
+    except ProtocolError as exc:
+        expected = type(exc)
+    try:
+        found: TagSection | type[Exception] = _found(spec, version, sample, _chunks(data, len(sample)))
+    except ProtocolError as exc:
+        found = type(exc)
+    assert found == expected
+
+
+def test_the_finder_skips_records_without_keeping_them() -> None:
+    wire = _fetch_response(16, [{"NodeId": 1, "Host": "h", "Port": 9, "Rack": None}])
+    expected = top_level_tags(FETCH.response, 16, wire)
+    finder = TagSectionFinder(FETCH.response, 16, len(wire))
+    kept = 0
+    for at in range(0, len(wire), 4096):
+        finder.feed(wire[at : at + 4096])
+        kept = max(kept, len(finder._buf))
+        if finder.received < 100_000:  # inside the first partition's records
+            assert finder.safe == finder.received, "records are forwarded as they come"
+    assert kept <= 4096 + 16
+    assert finder.start == expected.start
+    assert finder.section() == wire[expected.start :]
+    with pytest.raises(TrailingBytes):
+        finder.feed(b"x")
+
+
+def test_the_finder_needs_a_tag_section_and_a_whole_message() -> None:
+    with pytest.raises(ValueError, match="no top-level tagged fields"):
+        TagSectionFinder(FETCH.response, 11, 100)
+    wire = _fetch_response(16, [])
+    finder = TagSectionFinder(FETCH.response, 16, len(wire))
+    finder.feed(wire[:-1])
+    assert finder.start == len(wire) - 1 and finder.safe == finder.start
+    with pytest.raises(Truncated):
+        finder.section()  # one byte of the section has not arrived
 
 
 def _records(size: int) -> bytes:
@@ -211,3 +311,28 @@ def test_hand_made_specs_edge_cases() -> None:
     assert top_level_tags(tagged, 0, b"\x07\x02\x01\x00\x03\x00").tags == {1: (4, 4), 3: (6, 6)}
     with pytest.raises(InvalidTaggedFields):
         top_level_tags(tagged, 0, b"\x07\x02\x01\x00\x01\x00")
+
+
+def test_the_finder_on_hand_made_specs() -> None:
+    """Edges the generated schemas rarely reach: fixed-size elements, a KIP-893 nullable
+    struct, tags out of order; each piece fed one byte at a time."""
+    inner = (FieldSpec("A", "int8", Versions(0, None)),)
+
+    def found(spec: MessageSpec, wire: bytes) -> TagSection:
+        return _found(spec, 0, wire, list(range(len(wire) + 1)))
+
+    ints = _spec(FieldSpec("Xs", "[]int32", Versions(0, None)), flexible=True)
+    assert found(ints, b"\x02\x00\x00\x00\x07\x00") == TagSection(5, {})
+    with pytest.raises(Truncated):  # one int32 announced, two bytes left
+        found(ints, b"\x02\x00\x07\x00")
+    nullable = _spec(FieldSpec("S", "Inner", Versions(0, None), nullable=Versions(0, None), fields=inner),
+                     flexible=True)
+    assert found(nullable, b"\xff\x00") == TagSection(1, {})
+    assert found(nullable, b"\x01\x05\x00\x00") == TagSection(3, {})
+    with pytest.raises(Truncated):
+        found(nullable, b"")
+    tagged = _spec(FieldSpec("A", "int8", Versions(0, None)), flexible=True)
+    assert found(tagged, b"\x07\x02\x01\x00\x03\x00") == top_level_tags(tagged, 0, b"\x07\x02\x01\x00\x03\x00")
+    structs = _spec(FieldSpec("Xs", "[]Inner", Versions(0, None), fields=inner), flexible=True)
+    with pytest.raises(InvalidTaggedFields):  # inside an element's own tag section
+        found(structs, b"\x02\x07\x02\x01\x00\x01\x00\x00\x00")

@@ -14,7 +14,7 @@ upstream info, so every key the registry knows goes to the broker), Heartbeat v0
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -74,6 +74,17 @@ class NoBrokers:
         return BrokerEntry(1, "h", 1), []
 
 
+async def request_ids(stream: trio.abc.Stream) -> AsyncIterator[int]:
+    """The correlation id of each request frame read from ``stream``, until it closes."""
+    buffer = b""
+    while data := await stream.receive_some(65536):
+        buffer += data
+        while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">i", buffer[:4])[0]:
+            size = struct.unpack(">i", buffer[:4])[0]
+            frame, buffer = buffer[4 : 4 + size], buffer[4 + size :]
+            yield struct.unpack(">i", frame[4:8])[0]
+
+
 @dataclass
 class FakeBroker:
     """Answers every request frame at once with its correlation id and two zero bytes."""
@@ -83,20 +94,11 @@ class FakeBroker:
     stream: trio.abc.Stream | None = None
 
     async def serve(self, stream: trio.abc.Stream) -> None:
-        buffer = b""
-        while True:
-            data = await stream.receive_some(65536)
-            if not data:
-                return
-            buffer += data
-            while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">i", buffer[:4])[0]:
-                size = struct.unpack(">i", buffer[:4])[0]
-                frame, buffer = buffer[4 : 4 + size], buffer[4 + size :]
-                correlation_id = struct.unpack(">i", frame[4:8])[0]
-                self.received.append((trio.current_time(), correlation_id))
-                self.stream = stream
-                if not self.hold:
-                    await self.answer(correlation_id)
+        async for correlation_id in request_ids(stream):
+            self.received.append((trio.current_time(), correlation_id))
+            self.stream = stream
+            if not self.hold:
+                await self.answer(correlation_id)
 
     async def answer(self, correlation_id: int) -> None:
         """Send the answer to one request (for requests received while holding)."""

@@ -1,5 +1,9 @@
 """Rewriting NodeEndpoints (KIP-951) by splicing the top-level tag section.
 
+A response forwarded as it arrives (cut-through) has its tag section rewritten in its own
+length (``Rewriter.rewrite_section``): kafka-python must read the result, filler tag and
+all, and find the rewritten endpoints, or none when they did not fit.
+
 Produce v10+ and Fetch v16+ responses are scanned, not decoded; when NodeEndpoints is
 present only its value is decoded and re-encoded. These tests check the spliced result
 against kafka-python's decoder (an independent oracle) and against a whole-message
@@ -15,7 +19,8 @@ import pytest
 from kafka.protocol.consumer import FetchResponse
 
 from protocol.apis import DEFAULT_REGISTRY as R
-from protocol.scan import top_level_tags
+from protocol.errors import TrailingBytes
+from protocol.scan import skip_tags, top_level_tags
 from protocol.schema import decode, encode
 from proxy.config.keys import HostPort
 from proxy.datapath.addressing import StaticAddressBook
@@ -120,3 +125,44 @@ def test_truncated_response_is_refused() -> None:
     original = encode(FETCH.response, 16, fetch_value([endpoint(1, "b1", 9092)]))
     with pytest.raises(ProtocolError):
         Rewriter(BOOK, "PLAINTEXT").rewrite(FETCH, 16, original[:-3])
+
+
+def split_tail(wire: bytes, version: int) -> tuple[bytes, bytes]:
+    start = top_level_tags(FETCH.response, version, wire).start
+    return wire[:start], wire[start:]
+
+
+@pytest.mark.parametrize(
+    ("broker_host", "expected"),
+    [
+        ("b1", [(1, "sc1", 19092, "r1")]),  # one byte longer ("sc1"): cannot fit, dropped
+        ("abc", [(1, "sc1", 19092, "r1")]),  # the same length: written as it is
+        ("broker-1.example.internal", [(1, "sc1", 19092, "r1")]),  # shorter: a filler tag
+    ],
+)
+def test_a_section_already_on_its_way_is_rewritten_in_its_own_length(
+    broker_host: str, expected: list[tuple[int, str, int, str]]
+) -> None:
+    original = encode(FETCH.response, 16, fetch_value([endpoint(1, broker_host, 9092, "r1")], unknown=[(7, b"xyz")]))
+    head, section = split_tail(original, 16)
+    result = Rewriter(BOOK, "PLAINTEXT").rewrite_section(FETCH, 16, section)
+    assert result is not None and len(result.body) == len(section)
+    got = FetchResponse[16].decode(head + result.body)  # kafka-python: an independent reader
+    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in got.node_endpoints]
+    fits = len(broker_host) >= len("sc1")
+    assert endpoints == (expected if fits else [])
+    assert bytes(got.responses[0].partitions[0].records) == RECORDS
+    read: dict[int, tuple[int, int]] = {}
+    skip_tags(memoryview(result.body), 0, len(result.body), read)
+    assert bytes(result.body[slice(*read[7])]) == b"xyz"  # the unknown tag kept
+    assert (len(broker_host) == len("sc1")) == (set(read) == {0, 7})  # a filler otherwise
+    assert (0 in read) == fits
+
+
+def test_a_section_naming_no_broker_or_unreadable() -> None:
+    rewriter = Rewriter(BOOK, "PLAINTEXT")
+    _, plain = split_tail(encode(FETCH.response, 16, fetch_value([])), 16)
+    assert rewriter.rewrite_section(FETCH, 16, plain) is None
+    assert rewriter.rewrite_section(FETCH, 11, b"") is None  # a version without the tag
+    with pytest.raises(TrailingBytes):
+        rewriter.rewrite_section(FETCH, 16, plain + b"\x00")
