@@ -817,7 +817,11 @@ class Connection:
         except ProtocolError as exc:
             raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
         self._answered(head[4:])
+        # Observers get the whole frame: then it is read in place, as a whole answer is,
+        # and forwarded from there; else through one small buffer that stays in cache.
         whole = bytearray(size) if self.tap is not None else None
+        if whole is not None:
+            whole[: len(head)] = head
         body_at = 4 + header_size  # where the body starts in the frame
         sent = 0
         held = bytearray()  # bytes read and not forwarded yet: [sent, received)
@@ -827,8 +831,6 @@ class Connection:
         while True:
             first = received  # data holds the frame's bytes [first, received)
             received += len(data)
-            if whole is not None:
-                whole[first:received] = data
             ready = received  # the frame's bytes that may go to the client now
             if finder is not None:
                 try:
@@ -849,9 +851,12 @@ class Connection:
                 sent = ready
             if received == size:
                 break
-            if chunk is None:
-                chunk = bytearray(STREAM_CHUNK)
-            data = memoryview(chunk)[: min(STREAM_CHUNK, size - received)]
+            if whole is not None:
+                data = memoryview(whole)[received : received + STREAM_CHUNK]
+            else:
+                if chunk is None:
+                    chunk = bytearray(STREAM_CHUNK)
+                data = memoryview(chunk)[: min(STREAM_CHUNK, size - received)]
             count = await self._read_upstream(wire, data)
             if not count:
                 self._link_ended(len(self.upstream_slots) + 1)  # this one is owed too

@@ -7,6 +7,7 @@
     python -m tests.bench --profile produce-b1000-acks1 consume   # py-spy on the sidecar
     python -m tests.bench --audit produce-sync consume   # also a sidecar with the audit on
     python -m tests.bench --acls produce-sync produce-b1000-acks1   # also one enforcing 100 ACLs
+    python -m tests.bench --baseline HEAD~1 consume   # also the sidecar of another commit (A/B)
     python -m tests.bench --list
 
 Needs the ``bench`` and ``test`` extras (``pip install -e '.[test,bench]'``).
@@ -15,6 +16,8 @@ Needs the ``bench`` and ``test`` extras (``pip install -e '.[test,bench]'``).
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +29,26 @@ from tests.bench.workloads import BY_NAME, QUICK, WORKLOADS, Settings
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
+#: Trees of ``--baseline`` commits (outside the repository: no test or linter walks them).
+BASELINES = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ksidecar-bench" / "baseline"
 RESULTS = HERE / "RESULTS.md"
+
+
+def checkout(commit: str, under: Path) -> Path:
+    """The tree of ``commit`` extracted under ``under`` (once per commit), to run its sidecar."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=HERE, check=True,
+                             capture_output=True, text=True).stdout.strip()
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"--baseline {commit}: not a commit here ({exc.stderr.strip()})") from None
+    tree = under / sha
+    if not (tree / "proxy" / "tools" / "cli.py").is_file():
+        tree.mkdir(parents=True, exist_ok=True)
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=HERE, check=True,
+                             capture_output=True, text=True).stdout.strip()
+        archive = subprocess.run(["git", "archive", sha], cwd=top, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also measure a second sidecar with the audit observer on")
     parser.add_argument("--acls", action="store_true",
                         help="also measure a sidecar enforcing 100 Kafka ACLs (sidecar.authorizer=acls)")
+    parser.add_argument("--baseline", metavar="COMMIT",
+                        help="also measure the sidecar of COMMIT in front of the same broker "
+                             "(an A/B of a change: sidecar/baseline)")
     parser.add_argument("--list", action="store_true", help="list workloads and exit")
     args = parser.parse_args(argv)
 
@@ -71,9 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    results = run_workloads(chosen, settings, repeats, args.out / "logs" / stamp, audit=args.audit, acls=args.acls)
+    baseline = checkout(args.baseline, BASELINES) if args.baseline else None
+    results = run_workloads(chosen, settings, repeats, args.out / "logs" / stamp, audit=args.audit,
+                            acls=args.acls, baseline=baseline)
     command = command_line()
-    document = write_json(args.out / f"bench-{stamp}.json", results, settings, repeats, command)
+    document = write_json(args.out / f"bench-{stamp}.json", results, settings, repeats, command,
+                          baseline=baseline.name[:7] if baseline is not None else None)
     (args.out / "latest.json").write_text((args.out / f"bench-{stamp}.json").read_text())
     section = markdown(document, results)
     print()

@@ -151,11 +151,13 @@ def machine() -> dict[str, Any]:
 
 
 def write_json(path: Path, results: Sequence[WorkloadResult], settings: Settings, repeats: int,
-               command: str) -> dict[str, Any]:
-    """Write the whole run to ``path``; return what was written."""
+               command: str, baseline: str | None = None) -> dict[str, Any]:
+    """Write the whole run to ``path``; return what was written (``baseline``: the commit
+    of the baseline target, if any)."""
     document = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command,
+        "baseline": baseline,
         "repeats": repeats,
         "settings": settings.__dict__,
         "machine": machine(),
@@ -177,6 +179,38 @@ def _num(value: float) -> str:
     if abs(value) >= 10:
         return f"{value:.1f}"
     return f"{value:.2f}"
+
+
+def _versus(results: Sequence[WorkloadResult], other: str, heading: str, first: str, second: str,
+            ratio_name: str, note: str, reverse: bool = False) -> list[str]:
+    """A table of the sidecar against another sidecar target (``other``) run alongside it.
+
+    The ratio is ``other/sidecar``, or ``sidecar/other`` with ``reverse`` (then ``other``
+    is the first column). CPU: per request where the workload counts requests, else the
+    share of one core.
+    """
+    rows = [r for r in results if other in r.targets]
+    if not rows:
+        return []
+    a, b = (other, "sidecar") if reverse else ("sidecar", other)
+    key = f"{b}/{a}"
+    lines = [heading, "", f"| workload | unit | {first} | {second} | {ratio_name} | CPU {first} | CPU {second} |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        def cpu(target: str, r: WorkloadResult = r) -> str:
+            s = r.targets.get(target)
+            if s is None:
+                return "—"
+            if "proxy_us_per_request" in s.medians:
+                return f"{s.medians['proxy_us_per_request']:.0f} µs/req"
+            if "proxy_cpu" in s.medians:
+                return f"{s.medians['proxy_cpu'] * 100:.0f}%"
+            return "—"
+
+        ratio = "—" if r.workload.additive else _ratio(r.comparisons, key)
+        lines.append(f"| {r.workload.title} | {r.workload.unit} | {_cell(r, a)} | {_cell(r, b)} | {ratio} | "
+                     f"{cpu(a)} | {cpu(b)} |")
+    return [*lines, "", note, ""]
 
 
 def _cell(result: WorkloadResult, target: str) -> str:
@@ -366,28 +400,15 @@ def markdown(document: dict[str, Any], results: Sequence[WorkloadResult]) -> str
                   f"sidecar/direct, {_ratio(r.comparisons, 'sidecar/peer')} sidecar/peer. "
                   "The sidecar answers ApiVersions itself and dials the broker only for a "
                   "connection's first forwarded request (none here).", ""]
-    audited = [r for r in results if "audit" in r.targets]
-    if audited:
-        lines += [
-            "### Audit observer on vs off",
-            "",
-            "| workload | unit | sidecar (audit off) | audit on | on/off | CPU/req off | CPU/req on |",
-            "|---|---|---:|---:|---:|---:|---:|",
-        ]
-        for r in audited:
-            def cpu_each(target: str, r: WorkloadResult = r) -> str:
-                s = r.targets.get(target)
-                if s is None or "proxy_us_per_request" not in s.medians:
-                    return "—"
-                return f"{s.medians['proxy_us_per_request']:.0f} µs"
-
-            ratio = ("—" if r.workload.additive else _ratio(r.comparisons, "audit/sidecar"))
-            lines.append(f"| {r.workload.title} | {r.workload.unit} | {_cell(r, 'sidecar')} | "
-                         f"{_cell(r, 'audit')} | {ratio} | {cpu_each('sidecar')} | "
-                         f"{cpu_each('audit')} |")
-        lines += ["", "Audit on: a second `ksidecar run` with `observer.class.names=audit`, "
-                  "`observer.audit.overflow=block` (every row written), measured in the same "
-                  "repeats as the sidecar.", ""]
+    lines += _versus(results, "audit", "### Audit observer on vs off", "sidecar (audit off)", "audit on",
+                     "on/off", "Audit on: a second `ksidecar run` with `observer.class.names=audit`, "
+                     "`observer.audit.overflow=block` (every row written), measured in the same "
+                     "repeats as the sidecar.")
+    baseline = document.get("baseline")
+    lines += _versus(results, "baseline", "### Against a baseline commit", f"baseline ({baseline})",
+                     "sidecar (this commit)", "this/baseline",
+                     "Baseline: the sidecar of the commit named, run from its own tree in front of the "
+                     "same broker, in the same repeats (`--baseline`).", reverse=True)
     lines += ["### Targets (issues 9 and 18)", "", "| workload | target | value | met |", "|---|---|---:|---|"]
     for t in document["targets"]:
         value = t["value"]

@@ -118,10 +118,11 @@ def compare(
     ratio("relay", "direct")
     ratio("audit", "sidecar")
     ratio("acls", "sidecar")
+    ratio("sidecar", "baseline")
     if workload.per_request and "direct" in targets:
         # Time added per request, from throughputs (closed loop, one in flight): 1/x − 1/direct.
         base = 1e6 / targets["direct"].median
-        for name in ("relay", "sidecar", "peer", "audit", "acls"):
+        for name in ("relay", "sidecar", "peer", "audit", "acls", "baseline"):
             if name in targets and targets[name].median:
                 out[f"{name}_added_us"] = 1e6 / targets[name].median - base
         relay = out.get("relay_added_us")
@@ -146,15 +147,19 @@ def run_workloads(
     progress: Callable[[str], None] = print,
     audit: bool = False,
     acls: bool = False,
+    baseline: Path | None = None,
 ) -> list[WorkloadResult]:
     """Run each workload ``repeats`` times per target; one stack, renewed when needed.
 
     With ``audit``, every workload the sidecar runs also runs through a second sidecar
     with the audit observer on (target ``audit``; compared as ``audit/sidecar``); with
-    ``acls``, through a sidecar enforcing 100 ACLs (target ``acls``; ``acls/sidecar``).
+    ``acls``, through a sidecar enforcing 100 ACLs (target ``acls``; ``acls/sidecar``);
+    with ``baseline`` (a checkout of another commit), through that commit's sidecar in
+    front of the same broker (target ``baseline``; ``sidecar/baseline``): an A/B of a
+    change with everything else equal.
     """
     results: list[WorkloadResult] = []
-    stack = Stack(log_dir, audit_enabled=audit, acls_enabled=acls)
+    stack = Stack(log_dir, audit_enabled=audit, acls_enabled=acls, baseline_source=baseline)
     try:
         stack.start()
         for index, workload in enumerate(workloads):
@@ -165,6 +170,8 @@ def run_workloads(
                 names.append("audit")
             if acls and "sidecar" in names and workload.name != "connections":
                 names.append("acls")
+            if baseline is not None and "sidecar" in names:
+                names.append("baseline")
             runs: dict[str, list[dict[str, float]]] = {t: [] for t in names}
             for repeat in range(repeats):
                 # Tansu's in-memory log slows down as it grows past a gigabyte or so (runs
@@ -214,7 +221,7 @@ class BackgroundProbe:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.pids = [stack.pid(t) for t in TARGETS] + [os.getpid(), *stack.broker_pids()]
-        for extra in ("relay", "audit", "acls"):
+        for extra in ("relay", "audit", "acls", "baseline"):
             if getattr(stack, extra) is not None:
                 self.pids.append(stack.pid(extra))
         self.t0 = time.perf_counter()

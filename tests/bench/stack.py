@@ -65,6 +65,9 @@ class Stack:
     audit_enabled: bool = False
     #: Also run the "acls" target: ``sidecar.authorizer=acls`` with :data:`BENCH_ACLS` ACLs.
     acls_enabled: bool = False
+    #: Also run the "baseline" target: a sidecar from this checkout of another commit.
+    baseline_source: Path | None = None
+    baseline: SidecarServer | None = None
 
     def start(self) -> Stack:
         """Start the broker, then the sidecar and the peer in front of it."""
@@ -84,6 +87,10 @@ class Stack:
                               "observer.audit.overflow": "block"}
                 self.audit = start_sidecar(logs, self.broker.bootstrap, name="ksidecar-audit",
                                            keys={**SIDECAR_KEYS, **self.extra_keys, **audit_keys})
+            if self.baseline_source is not None:
+                self.baseline = start_sidecar(logs, self.broker.bootstrap, name="ksidecar-baseline",
+                                              keys={**SIDECAR_KEYS, **self.extra_keys},
+                                              source=self.baseline_source)
             if self.acls_enabled:
                 self.zookeeper = start_zookeeper(logs)
                 seed_acls(self.zookeeper.connect)
@@ -97,7 +104,7 @@ class Stack:
 
     def stop(self) -> None:
         """Stop whatever runs (peer and sidecar first)."""
-        for name in ("acls", "zookeeper", "audit", "relay", "relayed", "peer", "sidecar", "broker"):
+        for name in ("baseline", "acls", "zookeeper", "audit", "relay", "relayed", "peer", "sidecar", "broker"):
             service: Service | None = getattr(self, name)
             if service is not None:
                 with contextlib.suppress(Exception):
@@ -118,7 +125,8 @@ class Stack:
     def service(self, target: str) -> Service:
         """The process traffic for ``target`` connects to."""
         service = {"direct": self.broker, "sidecar": self.sidecar, "peer": self.peer,
-                   "relay": self.relay, "audit": self.audit, "acls": self.acls}[target]
+                   "relay": self.relay, "audit": self.audit, "acls": self.acls,
+                   "baseline": self.baseline}[target]
         if service is None:
             raise RuntimeError("stack is not running")
         return service

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.__main__ import main
+from tests.bench.__main__ import BASELINES, main
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -35,3 +35,18 @@ def test_quick_run_of_one_workload(tmp_path: Path) -> None:
         assert math.isfinite(comparisons[key]) and comparisons[key] > 0
     assert {t["target"] for t in document["targets"]} == {"sidecar/direct ≥ 0.75", "sidecar ≥ peer"}
     assert not (tmp_path / "RESULTS.md").exists()
+
+
+def test_quick_a_b_against_a_baseline_commit(tmp_path: Path) -> None:
+    """``--baseline``: the sidecar of a commit (here HEAD's own tree, extracted) runs next
+    to this one in front of the same broker, and is compared with it."""
+    assert main(["produce-b1-acks1", "--quick", "--duration", "0.3", "--results", "no",
+                 "--out", str(tmp_path), "--baseline", "HEAD"]) == 0
+    document = json.loads((tmp_path / "latest.json").read_text())
+    assert document["baseline"] and len(document["baseline"]) == 7
+    tree = next(BASELINES.glob(f"{document['baseline']}*"))
+    assert (tree / "proxy" / "tools" / "cli.py").is_file()
+    workload = document["workloads"]["produce-b1-acks1"]
+    assert set(workload["targets"]) == {"direct", "sidecar", "peer", "baseline"}
+    assert workload["targets"]["baseline"]["runs"][0]["requests_per_s"] > 0
+    assert math.isfinite(workload["comparisons"]["sidecar/baseline"])

@@ -6,6 +6,7 @@ The sidecar gets a ``.properties`` file written next to its log; it is ready whe
 
 from __future__ import annotations
 
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -62,12 +63,14 @@ def start_sidecar(
     host: str = LOOPBACK,
     start_timeout: float = 30.0,
     extra_listeners: Sequence[str] = (),
+    source: Path | None = None,
 ) -> SidecarServer:
     """Start ``ksidecar run`` in front of ``upstream`` on free loopback ports.
 
     The ``PLAINTEXT`` listener is :attr:`SidecarServer.port`; each name in
     ``extra_listeners`` (e.g. ``SASL_PLAINTEXT``) gets a free port too, in
-    :attr:`SidecarServer.extra_ports`.
+    :attr:`SidecarServer.extra_ports`. ``source`` runs the sidecar from another checkout
+    of the repository (a benchmark's baseline commit) instead of this one.
     """
     port, metrics_port = free_port(host), free_port(host)
     extra = {name: free_port(host) for name in extra_listeners}
@@ -86,5 +89,7 @@ def start_sidecar(
         log_path=log_dir / f"{name}.log",
         probe=lambda: _ready(f"http://{host}:{metrics_port}/readyz"),
         start_timeout=start_timeout,
+        cwd=source,
+        env=None if source is None else {**os.environ, "PYTHONPATH": str(source)},
     )
     return SidecarServer(process.start(), host, port, metrics_port, extra)
