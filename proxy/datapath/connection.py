@@ -796,8 +796,8 @@ class Connection:
         Store-and-forward read a whole Fetch response (megabytes) before its first byte
         went on, into a buffer of its size written once more from memory; here each read
         of :data:`STREAM_CHUNK` bytes is written to the client before the next, through one
-        buffer that stays in the CPU's cache (``python -m tests.bench consume``: the
-        sidecar's CPU per fetch down a third). Everything else about the answer is as for
+        buffer that stays in the CPU's cache (``python -m tests.bench consume --baseline``:
+        the sidecar's CPU a fifth to a third lower, tests/bench/RESULTS.md). Everything else about the answer is as for
         a whole one: the correlation id is checked before a byte goes on; a response that
         can name a broker (KIP-951 ``NodeEndpoints``) holds back its top-level tag section,
         found as the bytes pass (:class:`~protocol.scan.TagSectionFinder`), and rewrites it
