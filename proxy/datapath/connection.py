@@ -807,15 +807,18 @@ class Connection:
         connection as it would have before a byte went on.
         """
         slot = self.upstream_slots[0]
-        record = slot.record
+        try:
+            await self._stream(slot, decoder, wire, streaming)
+        except ProtocolError as exc:  # passing on a response we cannot read could leak a broker
+            raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
+
+    async def _stream(self, slot: Slot, decoder: FrameBuffer, wire: Wire, streaming: Streaming) -> None:
+        """:meth:`_stream_response`, raising the scanner's errors for what it cannot read."""
         size = decoder.gathering
         head = memoryview(decoder.take_partial())
         self._writing = True  # nothing else may go to the client until this answer is out
-        try:
-            header_size = response_header_size(head[4:], record.response_header_version)
-            finder = streaming.finder(size - 4 - header_size)
-        except ProtocolError as exc:
-            raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
+        header_size = response_header_size(head[4:], slot.record.response_header_version)
+        finder = streaming.finder(size - 4 - header_size)
         self._answered(head[4:])
         # Observers get the whole frame: then it is read in place, as a whole answer is,
         # and forwarded from there; else through one small buffer that stays in cache.
@@ -833,10 +836,7 @@ class Connection:
             received += len(data)
             ready = received  # the frame's bytes that may go to the client now
             if finder is not None:
-                try:
-                    finder.feed(data[max(0, body_at - first) :])
-                except ProtocolError as exc:
-                    raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
+                finder.feed(data[max(0, body_at - first) :])
                 ready = body_at + finder.safe
             if ready <= sent:
                 held += data
@@ -863,10 +863,7 @@ class Connection:
             data = data[:count]
         rest = bytes(held)
         if finder is not None:
-            try:
-                rewritten = self.router.rewrite_section(streaming, rest)
-            except ProtocolError as exc:
-                raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
+            rewritten = self.router.rewrite_section(streaming, rest)
             if rewritten is not None:
                 rest = rewritten
                 self.stats.rewritten += 1

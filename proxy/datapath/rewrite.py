@@ -184,11 +184,10 @@ class Rewriter:
         """Rewrite sites that are top-level tagged fields, decoding nothing else."""
         section = top_level_tags(api.response, version, body)
         view = memoryview(body)
-        found = self._tag_values(api, version, view, section.tags, sites)
+        found = self._rewritten_entries(api, version, view, section.tags, sites)
         if found is None:
             return None
-        values, rewritten, unmapped = found
-        entries = [(tag, values.get(tag, view[start:end])) for tag, (start, end) in section.tags.items()]
+        entries, _, rewritten, unmapped = found
         return RewriteResult(bytes(view[: section.start]) + encoded_section(entries), rewritten, unmapped)
 
     def rewrite_section(self, api: Api, version: int, section: bytes) -> RewriteResult | None:
@@ -209,29 +208,30 @@ class Rewriter:
         end = skip_tags(view, 0, len(view), spans)
         if end != len(view):
             raise TrailingBytes(len(view) - end, f"{api.response.name} v{version}")
-        found = self._tag_values(api, version, view, spans, sites)
+        found = self._rewritten_entries(api, version, view, spans, sites)
         if found is None:
             return None
-        values, rewritten, unmapped = found
-        entries = [(tag, values.get(tag, view[start:stop])) for tag, (start, stop) in spans.items()]
+        entries, replaced, rewritten, unmapped = found
         body = fitted_section(entries, len(view))
         if body is None:
             log.info("%s v%d: rewritten %s does not fit the room the broker's took; dropped",
-                     api.name, version, ", ".join(sites[tag][0].array or "" for tag in values))
-            kept = [(tag, value) for tag, value in entries if tag not in values]
+                     api.name, version, ", ".join(sites[tag][0].array or "" for tag in replaced))
+            kept = [(tag, value) for tag, value in entries if tag not in replaced]
             body = fitted_section(kept, len(view))
             assert body is not None, "dropping an entry always leaves room for the filler"
         return RewriteResult(body, rewritten, unmapped)
 
-    def _tag_values(
+    def _rewritten_entries(
         self,
         api: Api,
         version: int,
         view: memoryview,
         tags: dict[int, tuple[int, int]],
         sites: dict[int, tuple[Site, MessageSpec]],
-    ) -> tuple[dict[int, bytes], int, int] | None:
-        """The new values of the site tags present (``None`` when none names a broker)."""
+    ) -> tuple[list[tuple[int, bytes | memoryview]], set[int], int, int] | None:
+        """The section's entries ``(tag, value)`` in order, site tags rewritten: with the
+        tags replaced and the rewritten and unmapped counts (``None`` when none names a
+        broker). ``tags`` maps each tag present to its value's span in ``view``."""
         values: dict[int, bytes] = {}
         rewritten = unmapped = 0
         for tag, (site, spec) in sites.items():
@@ -250,7 +250,8 @@ class Rewriter:
             values[tag] = encode(spec, version, {name: kept})[:-1]  # without its tag count
         if not rewritten and not unmapped:
             return None
-        return values, rewritten, unmapped
+        entries = [(tag, values.get(tag, view[start:end])) for tag, (start, end) in tags.items()]
+        return entries, set(values), rewritten, unmapped
 
     def _entries(self, api: Api, entries: Any, site: Site) -> tuple[c.ListContainer, int, int]:
         """Rewrite a list of broker entries: ``(kept entries, rewritten, unmapped)``.

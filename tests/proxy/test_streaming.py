@@ -335,3 +335,19 @@ async def test_the_wrong_answer_is_refused_before_a_byte_of_it_goes_on(autojump_
         await h.client.send_all(request(LIST_OFFSETS, 1, 1))
         assert await received_until_closed(h) == b""
         assert closed(h, "correlation_mismatch") == 1
+
+
+async def test_a_response_that_cannot_be_read_ends_the_connection(autojump_clock: trio.testing.MockClock) -> None:
+    """A Fetch response whose records announce more bytes than the frame holds: what went
+    before them went on, the rest does not, and the connection ends as bad_response."""
+    answer = bytearray(fetch_response(1, []))
+    at = answer.index(RECORDS[:64])
+    answer[at - 3 : at] = b"\xff\xff\x7f"  # the records' compact length: 2 MiB, past the end
+    broker = ScriptedBroker({1: bytes(answer)}, pause=0.5)
+    async with trio.open_nursery() as nursery:
+        h = await build(nursery, broker)
+        nursery.start_soon(h.connection.run)
+        await h.client.send_all(request(FETCH.key, 16, 1))
+        got = await received_until_closed(h)
+        assert len(got) < at and answer.startswith(got)
+        assert closed(h, "bad_response") == 1
