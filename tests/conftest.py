@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import HealthCheck, settings
 
+from proxy.tools.rig.ports import PORT_RANGE_ENV
 from proxy.tools.rig.process import read_tail
 from proxy.tools.rig.tansu import TansuServer, start_broker
 from proxy.tools.rig.zookeeper import ZooKeeperServer, start_zookeeper
@@ -45,6 +46,91 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+PHASE_ENV = "KSIDECAR_TEST_PHASE"
+"""`scripts/test` runs the suite in two phases: `parallel` (pytest-xdist workers, every test but
+those marked `serial`), then `serial` (one process, only those). Unset: every selected test."""
+
+PORTS_LOW, PORTS_HIGH = 10_000, 32_000
+"""Where each worker's own ports come from (`KSIDECAR_PORT_RANGE`): below the kernel's
+ephemeral range (32768 and up), so no outgoing connection takes one either."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this process a port range of its own: slice 0 of `PORTS_LOW`-`PORTS_HIGH` for a
+    process that is no xdist worker (unless `KSIDECAR_PORT_RANGE` is set already), slice 1, 2,
+    ... for workers gw0, gw1, ... (always: they inherit the controller's value)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker and config.getoption("dist", "no") == "loadgroup":
+        config.pluginmanager.register(_GroupCheck(), "ksidecar-xdist-group-check")
+    if not worker and PORT_RANGE_ENV in os.environ:
+        return
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    index = int(worker.removeprefix("gw")) + 1 if worker else 0
+    width = (PORTS_HIGH - PORTS_LOW) // (workers + 1)
+    low = PORTS_LOW + index * width
+    os.environ[PORT_RANGE_ENV] = f"{low}-{low + width - 1}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the tests of this phase, and send every test that uses Spark to one worker.
+
+    Tests marked `serial` measure time or load the machine; they run alone, after the parallel
+    phase. Tests that share a costly fixture form one xdist group (`_shared_group`), so one
+    worker sets it up once for all of them (`--dist loadgroup`).
+    """
+    phase = os.environ.get(PHASE_ENV, "")
+    if phase:
+        serial = phase == "serial"
+        keep = [item for item in items if (item.get_closest_marker("serial") is not None) == serial]
+        deselected = [item for item in items if (item.get_closest_marker("serial") is not None) != serial]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = keep
+    for item in items:
+        group = _shared_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _shared_group(item: pytest.Item) -> str | None:
+    """The xdist group `item` belongs to: `spark` for a test that uses the Spark session; else,
+    for a test that uses a fixture shared wider than one test and defined below this file (a
+    module's recorded traffic, the fleet's ensemble, the deployed sidecar), that fixture, so
+    one worker sets it up once instead of every worker that gets one of its tests. The
+    components of this file (`tansu`, `zookeeper`) start once per worker anyway."""
+    names = getattr(item, "fixturenames", ())
+    if "spark" in names:
+        return "spark"
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in sorted(names):
+        definitions = info.name2fixturedefs.get(name) or ()
+        if not definitions:
+            continue
+        fixture = definitions[-1]
+        if fixture.scope != "function" and fixture.baseid not in ("", "tests"):
+            return f"{fixture.baseid}::{name}"
+    return None
+
+
+class _GroupCheck:
+    """In a `--dist loadgroup` worker, fail at once if a grouped test's node id lacks its
+    group: the groups would be spread over every worker, each starting its own Spark."""
+
+    @pytest.hookimpl(trylast=True)  # after xdist has (or has not) marked the groups in node ids
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        lost = [item.nodeid for item in items
+                if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]
+        if lost:
+            raise pytest.UsageError(
+                f"pytest-xdist's --dist loadgroup did not group {len(lost)} test(s), e.g. "
+                f"{lost[0]}: this pytest and pytest-xdist do not work together "
+                "(pytest-xdist#1386); install the versions pyproject.toml pins"
+            )
+
 
 LOG_LINES = 60
 """How many log lines a failure report shows per component."""

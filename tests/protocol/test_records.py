@@ -581,6 +581,11 @@ def wrap(inner: bytes, magic: int = 0, offset: int = 0) -> bytes:
     return legacy_message(magic, offset, gzip.compress(inner), attributes=GZIP)
 
 
+def gz(data: bytes) -> bytes:
+    """gzip with a fixed header time, so parametrized ids are the same in every process."""
+    return gzip.compress(data, mtime=0)
+
+
 INNER = " of the gzip message set in the wrapper at byte 29"
 
 
@@ -588,16 +593,16 @@ INNER = " of the gzip message set in the wrapper at byte 29"
     ("value", "error", "message"),
     [
         (b"not gzip at all", InvalidValue, r"message at byte 29: gzip value does not inflate"),
-        (gzip.compress(HAND_V0)[:-9], InvalidValue, r"message at byte 29: gzip value ends before"),
-        (gzip.compress(b""), InvalidValue, r"message at byte 29: compressed wrapper holds no messages"),
-        (gzip.compress(HAND_V0[:-1]), Truncated, r"message at byte 0" + INNER + ": the message set ends"),
-        (gzip.compress(HAND_V0 + HAND_V0[:11]), Truncated, r"message at byte 29" + INNER + ": the message set ends"),
-        (gzip.compress(HAND_V0 + HAND_V0[:16]), Truncated, r"message at byte 29" + INNER),
-        (gzip.compress(HAND_V0 + HAND_V0[:20]), Truncated, r"message at byte 29" + INNER),
-        (gzip.compress(struct.pack(">qiI", 0, 14, 0) + b"\x00\x00" + struct.pack(">ii", -1, 2)), InvalidValue, r"message at byte 0" + INNER + ": value length 2 does not end"),
-        (gzip.compress(HAND_V0 + HAND_V1), InvalidValue, r"byte 29" + INNER + ": magic 1 does not match the wrapper's 0"),
-        (gzip.compress(legacy_message(0, 0, b"x", attributes=GZIP)), InvalidValue, r"byte 0" + INNER + ": nested compression"),
-        (gzip.compress(with_length(HAND_V0, -1)), InvalidValue, r"batch at byte 0" + INNER + ": length -1"),
+        (gz(HAND_V0)[:-9], InvalidValue, r"message at byte 29: gzip value ends before"),
+        (gz(b""), InvalidValue, r"message at byte 29: compressed wrapper holds no messages"),
+        (gz(HAND_V0[:-1]), Truncated, r"message at byte 0" + INNER + ": the message set ends"),
+        (gz(HAND_V0 + HAND_V0[:11]), Truncated, r"message at byte 29" + INNER + ": the message set ends"),
+        (gz(HAND_V0 + HAND_V0[:16]), Truncated, r"message at byte 29" + INNER),
+        (gz(HAND_V0 + HAND_V0[:20]), Truncated, r"message at byte 29" + INNER),
+        (gz(struct.pack(">qiI", 0, 14, 0) + b"\x00\x00" + struct.pack(">ii", -1, 2)), InvalidValue, r"message at byte 0" + INNER + ": value length 2 does not end"),
+        (gz(HAND_V0 + HAND_V1), InvalidValue, r"byte 29" + INNER + ": magic 1 does not match the wrapper's 0"),
+        (gz(legacy_message(0, 0, b"x", attributes=GZIP)), InvalidValue, r"byte 0" + INNER + ": nested compression"),
+        (gz(with_length(HAND_V0, -1)), InvalidValue, r"batch at byte 0" + INNER + ": length -1"),
     ],
 )  # fmt: skip
 def test_invalid_gzip_wrappers(value: bytes, error: type[ProtocolError], message: str) -> None:

@@ -27,7 +27,7 @@ from proxy.tools.rig.tansu import TansuServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 from tests.proxy.wire import Wire
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 LIMIT = 20.0
 IP_QUOTA = 7.0

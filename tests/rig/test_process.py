@@ -116,3 +116,29 @@ def test_free_ports_are_distinct_and_bindable() -> None:
     for port in list(ports)[:3]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_a_port_range_of_its_own_is_used_in_turn_and_skips_ports_in_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from proxy.tools.rig import ports
+
+    monkeypatch.setattr(ports, "_cursor", {})
+    monkeypatch.setattr(ports, "_handed_out", set())
+    base = next(b for b in range(20_000, 32_000, 4)
+                if all(ports._bind_probe("127.0.0.1", b + i) for i in range(4)))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", base + 1))
+        held.listen()
+        monkeypatch.setenv(ports.PORT_RANGE_ENV, f"{base}-{base + 3}")
+        # base + 1 is taken: skipped; after base + 3 the range starts again.
+        assert [free_port() for _ in range(4)] == [base, base + 2, base + 3, base]
+
+
+@pytest.mark.parametrize("value", ["10000", "10000-", "a-b", "20000-10000", "80-90", "60000-70000"])
+def test_a_bad_port_range_names_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from proxy.tools.rig import ports
+
+    monkeypatch.setenv(ports.PORT_RANGE_ENV, value)
+    with pytest.raises(ValueError, match=rf"KSIDECAR_PORT_RANGE='{value}': expected LOW-HIGH"):
+        free_port()
