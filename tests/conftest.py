@@ -51,6 +51,9 @@ PHASE_ENV = "KSIDECAR_TEST_PHASE"
 """`scripts/test` runs the suite in two phases: `parallel` (pytest-xdist workers, every test but
 those marked `serial`), then `serial` (one process, only those). Unset: every selected test."""
 
+COMPONENTS = frozenset({"tansu", "zookeeper", "spark"})
+"""The fixtures that start a real process: a test that uses one is `integration`, marked or not."""
+
 PORTS_LOW, PORTS_HIGH = 10_000, 32_000
 """Where each worker's own ports come from (`KSIDECAR_PORT_RANGE`): below the kernel's
 ephemeral range (32768 and up), so no outgoing connection takes one either."""
@@ -74,12 +77,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the tests of this phase, and send every test that uses Spark to one worker.
+    """Mark every test that uses a real component `integration`, keep the tests of this
+    phase, and send the tests that share a costly fixture to one worker.
 
     Tests marked `serial` measure time or load the machine; they run alone, after the parallel
     phase. Tests that share a costly fixture form one xdist group (`_shared_group`), so one
     worker sets it up once for all of them (`--dist loadgroup`).
     """
+    for item in items:
+        if not COMPONENTS.isdisjoint(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
     phase = os.environ.get(PHASE_ENV, "")
     if phase:
         serial = phase == "serial"
