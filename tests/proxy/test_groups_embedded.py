@@ -131,16 +131,20 @@ class ConfluentMember(Member):
 
     def commit(self, consumer: Any) -> None:
         """Commit synchronously. A commit that lands while the group completes a rebalance
-        is refused with REBALANCE_IN_PROGRESS, as Kafka refuses it; a cooperative member
-        keeps its partitions through the rebalance and commits again when it is done."""
+        is refused as Kafka refuses it (``ClassicGroup.validateOffsetCommit``): with
+        REBALANCE_IN_PROGRESS when it carries the new generation, ILLEGAL_GENERATION when it
+        left before the member learnt it (a busy machine stretches that window); a
+        cooperative member keeps its partitions through the rebalance and commits again
+        when it is done."""
         from confluent_kafka import KafkaError, KafkaException
 
+        retry = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION}
         for _ in range(100):
             try:
                 consumer.commit(asynchronous=False)
                 return
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.REBALANCE_IN_PROGRESS:
+                if exc.args[0].code() not in retry:
                     raise
                 time.sleep(0.1)
         raise AssertionError("commits were refused for 10 s: the rebalance never completed")
