@@ -256,21 +256,28 @@ def top_level_tags(
     does, like :func:`protocol.schema.decode`. A version that is not flexible has no tag
     section: the result is empty, with ``start`` at the end of the message.
     """
+    section, pos = top_level_tags_prefix(spec, version, data)
+    end = len(_view(data))
+    if pos != end:
+        raise TrailingBytes(end - pos, f"{spec.name} v{version}")
+    return section
+
+
+def top_level_tags_prefix(
+    spec: MessageSpec, version: int, data: bytes | bytearray | memoryview
+) -> tuple[TagSection, int]:
+    """Like :func:`top_level_tags` for a message at the start of ``data``, which may go on
+    after it: the section, and the offset where the message ends."""
     view = _view(data)
     end = len(view)
     steps = plan(spec, version)
     if not steps or steps[-1][0] != TAGS:
         pos = walk(steps, view, 0, end)
-        if pos != end:
-            raise TrailingBytes(end - pos, f"{spec.name} v{version}")
-        return TagSection(pos, {})
-    pos = walk(steps[:-1], view, 0, end)
-    start = pos
+        return TagSection(pos, {}), pos
+    start = walk(steps[:-1], view, 0, end)
     tags: dict[int, tuple[int, int]] = {}
-    pos = skip_tags(view, pos, end, tags)
-    if pos != end:
-        raise TrailingBytes(end - pos, f"{spec.name} v{version}")
-    return TagSection(start, tags)
+    pos = skip_tags(view, start, end, tags)
+    return TagSection(start, tags), pos
 
 
 #: Bytes a :class:`TagSectionFinder` reader is given: the longest read is a tag and its

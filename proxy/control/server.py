@@ -117,6 +117,7 @@ class Sidecar:
         self.gate = AcceptGate(gate_config(config), self.ip_quotas.rate_for)
         self._listener_scopes: list[trio.CancelScope] = []
         self._unmapped_logged: set[tuple[str, int]] = set()
+        self._lenient_logged: set[tuple[str, str, str]] = set()
         self._slot_freed = trio.Event()
         self._parts: dict[str, Parts] = {}
         register_quota_metrics(self.metrics.registry, self.gate, [e.name for e in config.listeners])
@@ -272,6 +273,19 @@ class Sidecar:
                 "withheld from clients (see sidecar.address.mapping)", api_name, node_id,
             )
 
+    def log_lenient_response(self, api_name: str, kind: str, extra: int) -> None:
+        """Count a response passed on despite a deviation clients read past; log it once per
+        (API, kind), never per frame."""
+        self.metrics.lenient.labels(api_name, "response", kind).inc()
+        key = (api_name, "response", kind)
+        if key not in self._lenient_logged:
+            self._lenient_logged.add(key)
+            log.warning(
+                "%s response from the broker has a deviation clients read past (%s: %d byte(s) "
+                "after the body); passed on unchanged, counted in ksidecar_lenient_frames_total "
+                "and logged once", api_name, kind, extra,
+            )
+
     # -- health (the HTTP endpoint's view) ------------------------------------------------
 
     @property
@@ -342,7 +356,8 @@ class Sidecar:
                       forward_unparsed=self.config["sidecar.unparsed.request.policy"] == "forward",
                       names_brokers=frozenset(SITES)),
         )
-        rewriter = Rewriter(OwnAddressFirst(self, self.address_book), listener, self._unmapped)
+        rewriter = Rewriter(OwnAddressFirst(self, self.address_book), listener, self._unmapped,
+                            self.log_lenient_response)
         router = Router(self.registry, table, self.upstream, rewriter,
                         lambda api: self.metrics.rewrites.labels(api).inc(),
                         unparsed_policy=self.config["sidecar.unparsed.request.policy"])

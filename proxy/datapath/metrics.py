@@ -75,6 +75,11 @@ class SidecarMetrics:
         self.unmapped = Counter(
             "ksidecar_rewrite_unmapped", "Broker ids with no known sidecar address, by API; "
             "the entry is withheld from the client.", ["api"], registry=r)
+        self.lenient = Counter(
+            "ksidecar_lenient_frames", "Frames passed on although they deviate from their schema in "
+            "a way clients read past, by API, direction (request, response) and kind "
+            "(trailing_bytes: bytes after the body, forwarded unchanged).",
+            ["api", "direction", "kind"], registry=r)
         self.errors = Counter(
             "ksidecar_errors", "Connection-ending errors by cause.", ["cause"], registry=r)
         self.connections_active = Gauge(

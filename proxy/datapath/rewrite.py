@@ -18,6 +18,11 @@ A broker the :class:`~proxy.datapath.addressing.AddressBook` cannot map is withh
 through: a broker-list entry is dropped (the client treats the partition's leader as
 unknown and refreshes), and a coordinator becomes COORDINATOR_NOT_AVAILABLE (the client
 retries FindCoordinator). Each one is counted and logged.
+
+Bytes a broker sends after a response's body (librdkafka's mock cluster writes the top-level
+tag section of flexible Metadata twice; clients stop reading at the body's end) are no reason
+to refuse it: the body is rewritten and the bytes after it follow unchanged, reported to
+``on_lenient`` as ``trailing_bytes`` (docs/protocol.md, "Leniency").
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ import construct as c
 
 from protocol.apis import Api
 from protocol.errors import ErrorCode, TrailingBytes
-from protocol.scan import skip_tags, top_level_tags
-from protocol.schema import decode, encode
+from protocol.scan import skip_tags, top_level_tags_prefix
+from protocol.schema import decode, decode_prefix, encode
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
 from protocol.tagged import encoded_section, fitted_section
 from proxy.datapath.addressing import AddressBook
@@ -67,6 +72,9 @@ SITES: dict[int, tuple[Site, ...]] = {
 }
 
 _COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+TRAILING_BYTES = "trailing_bytes"
+"""The leniency kind of a response with bytes after its body (``on_lenient``)."""
 
 
 def _present(spec: MessageSpec, site: Site, version: int) -> bool:
@@ -145,10 +153,13 @@ class Rewriter:
         book: AddressBook,
         listener: str,
         on_unmapped: Callable[[str, int], None] | None = None,
+        on_lenient: Callable[[str, str, int], None] | None = None,
     ) -> None:
         self.book = book
         self.listener = listener
         self.on_unmapped = on_unmapped
+        #: Told ``(api name, kind, bytes)`` of every response passed on despite a deviation.
+        self.on_lenient = on_lenient
 
     def rewrite(self, api: Api, version: int, body: bytes | memoryview) -> RewriteResult | None:
         """The rewritten body, or ``None`` when the response names no broker."""
@@ -158,7 +169,8 @@ class Rewriter:
             return None
         if plan.tags is not None:
             return self._rewrite_tags(api, version, body, plan.tags)
-        value = decode(api.response, version, body)
+        value, end = decode_prefix(api.response, version, body)
+        trailing = self._trailing(api, body, end)
         rewritten = unmapped = 0
         for site in sites:
             if site.array is None:
@@ -172,7 +184,15 @@ class Rewriter:
             rewritten, unmapped = rewritten + r, unmapped + u
         if not rewritten and not unmapped:
             return None
-        return RewriteResult(encode(api.response, version, value), rewritten, unmapped)
+        return RewriteResult(encode(api.response, version, value) + trailing, rewritten, unmapped)
+
+    def _trailing(self, api: Api, body: bytes | memoryview, end: int) -> bytes:
+        """The bytes of ``body`` after its message, which ends at ``end`` (reported)."""
+        if end == len(body):
+            return b""
+        if self.on_lenient is not None:
+            self.on_lenient(api.name, TRAILING_BYTES, len(body) - end)
+        return bytes(body[end:])
 
     def _rewrite_tags(
         self,
@@ -182,13 +202,15 @@ class Rewriter:
         sites: dict[int, tuple[Site, MessageSpec]],
     ) -> RewriteResult | None:
         """Rewrite sites that are top-level tagged fields, decoding nothing else."""
-        section = top_level_tags(api.response, version, body)
+        section, end = top_level_tags_prefix(api.response, version, body)
+        trailing = self._trailing(api, body, end)
         view = memoryview(body)
         found = self._rewritten_entries(api, version, view, section.tags, sites)
         if found is None:
             return None
         entries, _, rewritten, unmapped = found
-        return RewriteResult(bytes(view[: section.start]) + encoded_section(entries), rewritten, unmapped)
+        head = bytes(view[: section.start])
+        return RewriteResult(head + encoded_section(entries) + trailing, rewritten, unmapped)
 
     def rewrite_section(self, api: Api, version: int, section: bytes) -> RewriteResult | None:
         """The top-level tag section of a response whose bytes before it are already on

@@ -133,10 +133,12 @@ async def build(
     broker: ScriptedBroker,
     handler: Callable[[LocalRequest, Context], Answer] | None = None,
     observe: bool = False,
+    on_lenient: Callable[[str, str, int], None] | None = None,
 ) -> Harness:
     registry: ApiRegistry = DEFAULT_REGISTRY
     table = LocalApiTable([heartbeat_api(handler)] if handler is not None else [])
-    router = Router(registry, table, NoUpstreamInfo(), Rewriter(BOOK, "PLAINTEXT"))
+    rewriter = Rewriter(BOOK, "PLAINTEXT", on_lenient=on_lenient)
+    router = Router(registry, table, NoUpstreamInfo(), rewriter)
     metrics = SidecarMetrics(registry)
     seen: list[dict[str, Any]] = []
 
