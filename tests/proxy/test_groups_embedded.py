@@ -27,7 +27,10 @@ from proxy.tools.rig.tansu import TansuServer
 from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# One worker runs these one after another (docs/testing.md): each drives three or four client
+# threads and a sidecar in one process, and side by side they starved each other's
+# heartbeats and rebalances on two cores.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("client-groups")]
 
 PARTITIONS = 6
 RECORDS = 20_000
