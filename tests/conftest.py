@@ -89,9 +89,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
     phase = os.environ.get(PHASE_ENV, "")
     if phase:
-        serial = phase == "serial"
-        keep = [item for item in items if (item.get_closest_marker("serial") is not None) == serial]
-        deselected = [item for item in items if (item.get_closest_marker("serial") is not None) != serial]
+        keep: list[pytest.Item] = []
+        deselected: list[pytest.Item] = []
+        for item in items:
+            in_phase = (item.get_closest_marker("serial") is not None) == (phase == "serial")
+            (keep if in_phase else deselected).append(item)
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = keep

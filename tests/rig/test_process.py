@@ -124,7 +124,6 @@ def test_a_port_range_of_its_own_is_used_in_turn_and_skips_ports_in_use(
     from proxy.tools.rig import ports
 
     monkeypatch.setattr(ports, "_cursor", {})
-    monkeypatch.setattr(ports, "_handed_out", set())
     base = next(b for b in range(20_000, 32_000, 4)
                 if all(ports._bind_probe("127.0.0.1", b + i) for i in range(4)))
     with socket.socket() as held:

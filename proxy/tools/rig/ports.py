@@ -74,7 +74,6 @@ def _from_range(host: str, own: range) -> int:
         index = (start + step) % len(own)
         if _bind_probe(host, own[index]) is not None:
             _cursor[host] = index + 1
-            _handed_out.add(own[index])
             return own[index]
     raise OSError(f"no free port on {host} in {PORT_RANGE_ENV}={own.start}-{own.stop - 1}")
 
