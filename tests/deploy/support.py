@@ -9,6 +9,8 @@ first labelled event).
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 import shutil
@@ -36,21 +38,28 @@ _NAME = re.compile(r"(?<![A-Za-z0-9_:])ksidecar_[a-z0-9_]+(?![A-Za-z0-9_:])")
 _SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("", "_sum", "_count")}
 
 
-def k8s_documents() -> list[tuple[str, dict[str, Any]]]:
-    """Every YAML document under deploy/k8s as ``(file#index kind/name, document)``."""
+@functools.cache
+def _k8s_parsed() -> tuple[tuple[str, dict[str, Any]], ...]:
     found: list[tuple[str, dict[str, Any]]] = []
     for path in sorted(K8S.glob("*.yaml")):
         for index, doc in enumerate(yaml.safe_load_all(path.read_text())):
             if doc is not None:
                 found.append((f"{path.name}#{index} {doc['kind']}/{doc['metadata']['name']}", doc))
-    return found
+    return tuple(found)
+
+
+def k8s_documents() -> list[tuple[str, dict[str, Any]]]:
+    """Every YAML document under deploy/k8s as ``(file#index kind/name, document)``.
+
+    The files are parsed once per process; each call returns its own copies."""
+    return copy.deepcopy(list(_k8s_parsed()))
 
 
 def k8s_object(kind: str, name: str) -> dict[str, Any]:
-    """The one manifest document of ``kind`` named ``name``."""
-    for _, doc in k8s_documents():
+    """The one manifest document of ``kind`` named ``name`` (a copy of its own)."""
+    for _, doc in _k8s_parsed():
         if doc["kind"] == kind and doc["metadata"]["name"] == name:
-            return doc
+            return copy.deepcopy(doc)
     raise LookupError(f"no {kind}/{name} under {K8S}")
 
 

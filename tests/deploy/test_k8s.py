@@ -5,19 +5,36 @@ strict mode (an unknown field is an error). The line-up tests read the sidecar's
 ``sidecar.properties`` from the ConfigMap through the sidecar's own configuration loader,
 with the environment the StatefulSet gives the container, and check it against the
 broker container, the Services, the probes and the scrape annotations.
+
+The per-pod tests go one step further: for each ordinal they build the pod metadata the
+StatefulSet controller would (name ``kafka-<i>``, the ``apps.kubernetes.io/pod-index``
+label), resolve both containers' ``env`` from it as the kubelet does (downward-API field
+references, ConfigMap references, ``$(VAR)`` expansion), and load the sidecar's
+configuration from that: so a changed field reference, Service name or ConfigMap
+variable shows up as a wrong broker id or address, not only as a changed string.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
-from proxy.config.keys import load_config, parse_endpoints
-from proxy.config.properties import parse_properties
+from proxy.config.keys import (
+    KEYS,
+    LISTENER_KEYS,
+    ConfigError,
+    SidecarConfig,
+    build_config,
+    env_overrides,
+    load_config,
+    parse_endpoints,
+)
+from proxy.config.properties import PropertiesError, parse_properties
 from tests.deploy.support import (
     DEPLOY,
     KUBERNETES_VERSION,
@@ -87,6 +104,84 @@ def deployed_config() -> Any:
     return load_config(None, raw, environ={})
 
 
+class _Verbatim(Mapping[str, str]):
+    """An environment where every variable is set to its own reference, ``${NAME}``."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __getitem__(self, name: str) -> str:
+        return "${" + name + "}"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def template_properties() -> dict[str, str]:
+    """sidecar.properties as written, ``${NAME}`` references left in place."""
+    return parse_properties(sidecar_properties(), environ=_Verbatim())
+
+
+def set_arguments() -> dict[str, str]:
+    """The ``--set key=value`` arguments of the sidecar container."""
+    args: list[str] = container("ksidecar").get("args", [])
+    return dict(args[i + 1].split("=", 1) for i, arg in enumerate(args) if arg in ("--set", "-s"))
+
+
+def env_keys() -> dict[str, str]:
+    """Keys the sidecar container sets through ``KSIDECAR_<KEY>`` variables: key -> variable."""
+    return {key: name for name in env_of("ksidecar") for key in env_overrides({name: ""})}
+
+
+def pod_metadata(ordinal: int, namespace: str = "streaming") -> dict[str, Any]:
+    """The metadata the StatefulSet controller gives pod ``ordinal``: what the downward
+    API reads (template labels plus the two per-pod labels the controller adds)."""
+    statefulset = k8s_object("StatefulSet", "kafka")
+    template = statefulset["spec"]["template"]["metadata"]
+    name = f"{statefulset['metadata']['name']}-{ordinal}"
+    labels = {**template["labels"], "apps.kubernetes.io/pod-index": str(ordinal),
+              "statefulset.kubernetes.io/pod-name": name}
+    return {"name": name, "namespace": namespace, "labels": labels,
+            "annotations": dict(template.get("annotations", {}))}
+
+
+_FIELD_PATH = re.compile(r"metadata\.(?:(name|namespace)|(labels|annotations)\['([^']+)'\])")
+_DEPENDENT = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def container_environment(name: str, metadata: Mapping[str, Any]) -> dict[str, str]:
+    """The environment the kubelet gives container ``name`` of the pod with ``metadata``:
+    field and ConfigMap references resolved, ``$(VAR)`` of earlier variables expanded."""
+    env: dict[str, str] = {}
+    for entry in container(name)["env"]:
+        if "value" in entry:
+            value = _DEPENDENT.sub(lambda m: env.get(m[1], m[0]), entry["value"])
+        elif "fieldRef" in entry["valueFrom"]:
+            path = entry["valueFrom"]["fieldRef"]["fieldPath"]
+            match = _FIELD_PATH.fullmatch(path)
+            assert match, f"{name} {entry['name']}: fieldPath {path} is not simulated here"
+            # A missing label or annotation is the empty string, as in the kubelet.
+            value = metadata[match[1]] if match[1] else metadata[match[2]].get(match[3], "")
+        else:
+            ref = entry["valueFrom"]["configMapKeyRef"]
+            value = k8s_object("ConfigMap", ref["name"])["data"][ref["key"]]
+        env[entry["name"]] = value
+    return env
+
+
+def sidecar_config_in(metadata: Mapping[str, Any]) -> SidecarConfig:
+    """The configuration the sidecar of that pod runs with: the ConfigMap's file, then
+    ``KSIDECAR_*`` variables, then ``--set`` arguments (the CLI's order)."""
+    env = container_environment("ksidecar", metadata)
+    raw = parse_properties(sidecar_properties(), environ=env, source="ksidecar-config")
+    raw.update(env_overrides(env))
+    raw.update(set_arguments())
+    return build_config(raw)
+
+
 def test_properties_use_only_variables_the_pod_sets() -> None:
     used = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", sidecar_properties()))
     assert used == set(POD_ENV)
@@ -117,9 +212,61 @@ def test_sidecar_advertises_the_pods_stable_name() -> None:
     assert config["broker.id"] == 2
 
 
-def test_broker_id_is_the_pod_ordinal_in_both_containers() -> None:
-    assert env_of("kafka")["KAFKA_BROKER_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == POD_INDEX
-    assert env_of("ksidecar")["BROKER_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == POD_INDEX
+def test_broker_id_comes_from_one_field_in_both_containers() -> None:
+    """The sidecar's broker.id is one variable fed by the same downward-API field as the
+    broker's KAFKA_BROKER_ID: the pod-index label, which the StatefulSet controller sets
+    (Kubernetes 1.28+, so the schemas checked must be at least that)."""
+    reference = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", template_properties()["broker.id"])
+    assert reference, "broker.id must be one ${VARIABLE} that the StatefulSet sets"
+    sidecar_field = env_of("ksidecar")[reference[1]]["valueFrom"]["fieldRef"]["fieldPath"]
+    broker_field = env_of("kafka")["KAFKA_BROKER_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert sidecar_field == broker_field == POD_INDEX
+    assert tuple(int(part) for part in KUBERNETES_VERSION.split(".")[:2]) >= (1, 28)
+    # Nothing overrides it on the way: no KSIDECAR_BROKER_ID, no --set broker.id.
+    assert "broker.id" not in env_keys() and "broker.id" not in set_arguments()
+
+
+def test_a_missing_broker_id_stops_the_sidecar() -> None:
+    """No default: an unset variable, or the empty value the kubelet gives for a missing
+    label (a cluster older than 1.28), refuses to start instead of running as -1."""
+    environ = {k: v for k, v in POD_ENV.items() if k != "BROKER_ID"}
+    with pytest.raises(PropertiesError, match="BROKER_ID"):
+        parse_properties(sidecar_properties(), environ=environ)
+    metadata = pod_metadata(2)
+    del metadata["labels"]["apps.kubernetes.io/pod-index"]
+    with pytest.raises(ConfigError, match=r"broker\.id"):
+        sidecar_config_in(metadata)
+
+
+def test_each_pod_is_one_broker_behind_its_own_sidecar() -> None:
+    """Pod kafka-<i>, resolved as the kubelet would: its sidecar has broker.id i, as its
+    broker does, and advertises kafka-<i> under the headless Service of services.yaml."""
+    statefulset = k8s_object("StatefulSet", "kafka")
+    headless = k8s_object("Service", statefulset["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert "sidecar" in {p["targetPort"] for p in headless["spec"]["ports"]}
+    replicas = statefulset["spec"]["replicas"]
+    assert replicas >= 3  # a multi-broker cluster (replication factor 3 in the broker env)
+    addresses = set()
+    for ordinal in range(replicas):
+        metadata = pod_metadata(ordinal)
+        broker = container_environment("kafka", metadata)
+        config = sidecar_config_in(metadata)
+        # Explicit, never -1: a sidecar left to learn its id looks for the broker that
+        # advertises sidecar.upstream (127.0.0.1:9093), and these brokers advertise their
+        # pod names, so with several brokers it would never find its own.
+        assert int(broker["KAFKA_BROKER_ID"]) == config["broker.id"] == ordinal
+        stable = f"{metadata['name']}.{headless['metadata']['name']}.{metadata['namespace']}.svc.cluster.local"
+        for listener in config.listeners:
+            advertised = config.advertised(listener.name)
+            assert (advertised.host, advertised.port) == (stable, port_of("ksidecar", "sidecar"))
+            addresses.add(str(advertised))
+        # The broker advertises the same name, on its own ports (brokers replicate by it).
+        for endpoint in parse_endpoints("KAFKA_ADVERTISED_LISTENERS", broker["KAFKA_ADVERTISED_LISTENERS"]):
+            assert endpoint.host == stable
+        assert config.tags["pod"] == metadata["name"]
+    assert len(addresses) == replicas
 
 
 def test_broker_and_sidecars_use_separate_zookeeper_chroots() -> None:
@@ -197,3 +344,94 @@ def test_volumes_are_mounted_where_they_are_used() -> None:
     assert deployed_config().raw["observer.audit.dir"] == mounts["audit"]
     claims = {t["metadata"]["name"] for t in k8s_object("StatefulSet", "kafka")["spec"]["volumeClaimTemplates"]}
     assert {"audit", "data"} <= claims
+
+
+def test_clients_bootstrap_through_every_ready_sidecar() -> None:
+    """The one address clients configure: a ClusterIP Service over the sidecar port of
+    every pod (no per-pod label in its selector), ready pods only, on the port each
+    sidecar also advertises."""
+    spec = k8s_object("Service", "kafka")["spec"]
+    assert spec["type"] == "ClusterIP" and spec.get("clusterIP") != "None"
+    assert not spec.get("publishNotReadyAddresses")  # /readyz: the broker behind it answers
+    statefulset = k8s_object("StatefulSet", "kafka")
+    for ordinal in range(statefulset["spec"]["replicas"]):
+        assert spec["selector"].items() <= pod_metadata(ordinal)["labels"].items()
+    assert not set(spec["selector"]) & {"apps.kubernetes.io/pod-index", "statefulset.kubernetes.io/pod-name"}
+    [port] = spec["ports"]
+    assert port["targetPort"] in {p["name"] for p in container("ksidecar")["ports"]}
+    assert port["targetPort"] not in {p["name"] for p in container("kafka")["ports"]}
+    sidecar_port = port_of("ksidecar", port["targetPort"])
+    config = deployed_config()
+    assert sidecar_port == config.listeners[0].port == config.advertised("PLAINTEXT").port == port["port"]
+    readme = (DEPLOY / "README.md").read_text()
+    assert f"bootstrap to `kafka.kafka.svc.cluster.local:{port['port']}`" in readme
+
+
+def container_port(value: int | str) -> int:
+    """A NetworkPolicy or Service port: a number, or the name of a container port."""
+    if isinstance(value, int):
+        return value
+    return next(int(p["containerPort"]) for c in pod_spec()["containers"] for p in c.get("ports", [])
+                if p["name"] == value)
+
+
+def test_no_broker_listener_is_open_to_clients() -> None:
+    """Clients reach brokers only through sidecars. The broker's client listener is on
+    loopback; its replication listener is a full Kafka listener on the pod IP, so the
+    NetworkPolicy must open it to the brokers only, and open nothing but the sidecar's
+    ports to anyone else."""
+    policy = k8s_object("NetworkPolicy", "kafka")["spec"]
+    pod_labels = pod_metadata(0)["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert "Ingress" in policy["policyTypes"]
+    anyone: set[int] = set()
+    brokers_only: set[int] = set()
+    for rule in policy["ingress"]:
+        assert rule.get("ports"), "an ingress rule without ports opens every port"
+        ports = {container_port(p["port"]) for p in rule["ports"]}
+        if not rule.get("from"):
+            anyone |= ports
+            continue
+        for peer in rule["from"]:
+            assert set(peer) == {"podSelector"}, peer  # no namespace or IP block
+            assert peer["podSelector"]["matchLabels"].items() <= pod_labels.items()
+        brokers_only |= ports
+    assert anyone == {port_of("ksidecar", "sidecar"), port_of("ksidecar", "metrics")}
+    for endpoint in parse_endpoints("KAFKA_LISTENERS", env_of("kafka")["KAFKA_LISTENERS"]["value"]):
+        if endpoint.host == "127.0.0.1":
+            assert endpoint.port not in anyone | brokers_only, endpoint
+        else:
+            assert endpoint.port in brokers_only and endpoint.port not in anyone, endpoint
+    # Loopback is the pod's own only without the node's network namespace.
+    assert not pod_spec().get("hostNetwork")
+
+
+def sidecar_key(name: str) -> bool:
+    """True for a key proxy/config/keys.py defines: a fixed key, ``tag.<name>``, or
+    ``listener.name.<listener>.<key>`` of a per-listener key. (The sidecar only warns about
+    other keys, and hands other ``observer.*`` keys to observers unchecked.)"""
+    if name in {key.name for key in KEYS}:
+        return True
+    if name.startswith("tag."):
+        return len(name) > len("tag.")
+    if name.startswith("listener.name."):
+        listener, _, key = name[len("listener.name."):].partition(".")
+        return bool(listener) and key in LISTENER_KEYS
+    return False
+
+
+def test_every_key_the_manifests_set_is_a_sidecar_key() -> None:
+    found = {key: "ksidecar-config sidecar.properties" for key in template_properties()}
+    found.update({key: f"env {name}" for key, name in env_keys().items()})
+    found.update({key: "args --set" for key in set_arguments()})
+    assert {"broker.id", "advertised.listeners", "sidecar.upstream"} <= set(found)
+    unknown = {key: where for key, where in found.items() if not sidecar_key(key)}
+    assert not unknown, f"not keys of proxy/config/keys.py: {unknown}"
+
+
+@pytest.mark.parametrize("key", [
+    "zookeeper.conect", "observer.audit.dirr", "listener.name.PLAINTEXT.max.conections", "tag.",
+    "advertised.listener",
+])
+def test_the_key_check_rejects_a_misspelt_key(key: str) -> None:
+    assert not sidecar_key(key)
