@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from coordinator.features import parse_supported_override, registration_features, supported_features
 from protocol.apis import PRODUCE, ApiRegistry
+from protocol.leniency import RESPONSE, Leniency
 from proxy.auth.gate import Gate, ListenerAuth
 from proxy.config import Endpoint, HostPort, SidecarConfig
 from proxy.config.settings import (
@@ -91,12 +92,16 @@ class Sidecar:
         self.config = config
         self.registry = ApiRegistry(config["sidecar.broker.metadata.api.key"])
         self.metrics = SidecarMetrics(self.registry)
+        self._lenient_logged: set[tuple[str, str, str]] = set()
+        #: The one rule every reader of a frame applies (docs/protocol.md, "Leniency").
+        self.leniency = Leniency(self.log_lenient)
         self.upstream = Upstream(
             config["sidecar.upstream"],
             ssl_context=upstream_ssl_context(config),
             connect_timeout=config["sidecar.upstream.connect.timeout.ms"] / 1000,
             registry=self.registry,
             login=upstream_login(config),
+            leniency=self.leniency,
         )
         connect: str = config["zookeeper.connect"]
         #: The one ZooKeeper session every store shares (``None``: standalone).
@@ -117,7 +122,6 @@ class Sidecar:
         self.gate = AcceptGate(gate_config(config), self.ip_quotas.rate_for)
         self._listener_scopes: list[trio.CancelScope] = []
         self._unmapped_logged: set[tuple[str, int]] = set()
-        self._lenient_logged: set[tuple[str, str, str]] = set()
         self._slot_freed = trio.Event()
         self._parts: dict[str, Parts] = {}
         register_quota_metrics(self.metrics.registry, self.gate, [e.name for e in config.listeners])
@@ -151,7 +155,8 @@ class Sidecar:
                                  topics=self.upstream.topics)
         #: ACL enforcement on the data path (``sidecar.authorizer=acls``), else ``None``.
         self.authorization = None if self.acls is None else Authorization(
-            self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow")
+            self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow",
+            leniency=self.leniency)
         if self.groups is not None and self.acls is not None and config["sidecar.authorizer.mode"] == "enforce":
             # KIP-848 regexes resolve only to topics the member's principal may Describe.
             self.groups.core.ctx.topic_access = self.acls.describable
@@ -273,17 +278,19 @@ class Sidecar:
                 "withheld from clients (see sidecar.address.mapping)", api_name, node_id,
             )
 
-    def log_lenient_response(self, api_name: str, kind: str, extra: int) -> None:
-        """Count a response passed on despite a deviation clients read past; log it once per
-        (API, kind), never per frame."""
-        self.metrics.lenient.labels(api_name, "response", kind).inc()
-        key = (api_name, "response", kind)
+    def log_lenient(self, api_name: str, direction: str, kind: str, extra: int) -> None:
+        """Count a frame read despite a deviation its reader reads past (a client for a
+        response, Kafka's broker for a request); log it once per (API, direction, kind),
+        never per frame."""
+        self.metrics.lenient.labels(api_name, direction, kind).inc()
+        key = (api_name, direction, kind)
         if key not in self._lenient_logged:
             self._lenient_logged.add(key)
+            peer = "the broker" if direction == RESPONSE else "a client"
             log.warning(
-                "%s response from the broker has a deviation clients read past (%s: %d byte(s) "
-                "after the body); passed on unchanged, counted in ksidecar_lenient_frames_total "
-                "and logged once", api_name, kind, extra,
+                "%s %s from %s deviates from its schema in a way Kafka's readers read past "
+                "(%s: %d byte(s) after the body); accepted and passed on unchanged, counted in "
+                "ksidecar_lenient_frames_total, logged once", api_name, direction, peer, kind, extra,
             )
 
     # -- health (the HTTP endpoint's view) ------------------------------------------------
@@ -357,7 +364,7 @@ class Sidecar:
                       names_brokers=frozenset(SITES)),
         )
         rewriter = Rewriter(OwnAddressFirst(self, self.address_book), listener, self._unmapped,
-                            self.log_lenient_response)
+                            self.leniency)
         router = Router(self.registry, table, self.upstream, rewriter,
                         lambda api: self.metrics.rewrites.labels(api).inc(),
                         unparsed_policy=self.config["sidecar.unparsed.request.policy"])
@@ -383,6 +390,7 @@ class Sidecar:
             tap=(lambda c: hub.tap(c.listener, c.peer[0], c.peer[1], self.broker_id)) if hub else (lambda c: None),
             authorization=self.authorization,
             idle=self.idle,
+            leniency=self.leniency,
         )
         return parts
 

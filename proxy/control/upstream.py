@@ -32,7 +32,8 @@ from protocol.apis import (
 from protocol.errors import ProtocolError
 from protocol.framing import EOF, NEED_DATA, FrameDecoder, encode_frame
 from protocol.headers import decode_response_header, encode_request_header
-from protocol.schema import decode, encode
+from protocol.leniency import QUIET, Leniency
+from protocol.schema import encode
 from proxy.auth.sasl.client import login_client
 from proxy.auth.sasl.errors import SaslError
 from proxy.config import HostPort, SidecarConfig
@@ -79,8 +80,11 @@ class Upstream:
         connect_timeout: float = 10.0,
         registry: ApiRegistry = DEFAULT_REGISTRY,
         login: Login | None = None,
+        leniency: Leniency = QUIET,
     ) -> None:
         self.address = address
+        #: Reads the broker's answers by the sidecar's one rule (docs/protocol.md, "Leniency").
+        self.leniency = leniency
         self.login = login
         self.ssl_context = ssl_context
         self.server_hostname = server_hostname or address.host
@@ -139,7 +143,7 @@ class Upstream:
             got, size = decode_response_header(body_bytes, api.response_header_version(version))
             if got != correlation_id:
                 raise UpstreamError(f"control connection: correlation id {got}, expected {correlation_id}")
-            return decode(api.response, version, body_bytes[size:], allow_trailing=True)
+            return self.leniency.response(api, version, body_bytes[size:])[0]
 
     async def learn(self, keep: bool = False) -> UpstreamInfo:
         """Ask the broker for its ApiVersions and Metadata; store and return what it said.

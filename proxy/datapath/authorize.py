@@ -25,10 +25,12 @@ from prometheus_client import CollectorRegistry, Counter
 
 from protocol.apis import ApiRegistry
 from protocol.headers import RequestHeader
-from protocol.schema import decode, encode
+from protocol.leniency import QUIET, Leniency
+from protocol.schema import encode
 from proxy.auth.acl.enforce import PASS, Action, Enforcer, Forward
 from proxy.auth.acl.evaluate import RequestFacts
 from proxy.auth.acl.requests import checks_for
+from proxy.datapath.rewrite import rewrites_version
 from proxy.local.api import Context
 from proxy.local.ports import AclDirectory
 
@@ -56,9 +58,11 @@ class Authorization:
     """ACL enforcement for every connection of one sidecar."""
 
     def __init__(self, acls: AclDirectory, registry: ApiRegistry, metrics: CollectorRegistry, *,
-                 shadow: bool) -> None:
+                 shadow: bool, leniency: Leniency = QUIET) -> None:
         self.acls = acls
         self.registry = registry
+        #: Reads requests and responses by the sidecar's one rule (docs/protocol.md, "Leniency").
+        self.leniency = leniency
         self.shadow = shadow
         self.mode = "shadow" if shadow else "enforce"
         self._enforcers: dict[tuple[int, int], Enforcer] = {}
@@ -84,7 +88,9 @@ class Authorization:
             enforcer = self._enforcers[(key, version)] = Enforcer(api, version)
         facts = RequestFacts(principal=context.principal, host=context.peer[0], api_key=key, api_version=version,
                              topic_names=self.acls.topic_names)
-        outcome = enforcer.enforce(authorizer, facts, raw, expects_response=expects_response)
+        # A request the sidecar answers is reported by the local API that decodes it again.
+        outcome = enforcer.enforce(authorizer, facts, raw, expects_response=expects_response,
+                                   leniency=QUIET if local else self.leniency)
         if outcome.denials and not refreshed and self._names_ids(key, version) and any(
                 _is_uuid(d.name) for d in outcome.denials):
             return REFRESH, ()
@@ -104,10 +110,12 @@ class Authorization:
         await self.acls.refresh_topics()
 
     def patched(self, patch: Patch, api_key: int, version: int, body: bytes | memoryview) -> bytes:
-        """A response body (after its header) with ``patch`` applied, re-encoded."""
+        """A response body (after its header) with ``patch`` applied, re-encoded; bytes
+        after the body follow unchanged (reported unless the rewriter read them first)."""
         api = self.registry.api(api_key)
-        answer = dict(decode(api.response, version, body, allow_trailing=True))
-        return encode(api.response, version, patch(answer))
+        leniency = QUIET if rewrites_version(api, version) else self.leniency
+        value, trailing = leniency.response(api, version, body)
+        return encode(api.response, version, patch(dict(value))) + trailing
 
     def _learning(self, action: Action) -> Action:
         """Metadata answers teach topic IDs (whatever else is done with them)."""

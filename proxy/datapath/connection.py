@@ -56,8 +56,9 @@ from protocol.correlation import CorrelationTracker, FrameKind, InFlight
 from protocol.errors import FrameError, ProtocolError
 from protocol.framing import EOF, NEED_DATA, size_prefix
 from protocol.headers import RequestHeader, encode_response_header, peek_correlation_id
+from protocol.leniency import QUIET, Leniency
 from protocol.scan import response_header_size
-from protocol.schema import decode, encode
+from protocol.schema import encode
 from proxy.auth.acl.enforce import Answer as Refused
 from proxy.auth.acl.enforce import Forward as Narrowed
 from proxy.auth.acl.enforce import Refuse
@@ -130,6 +131,8 @@ class Parts:
     authorization: Authorization | None = None
     #: Closes connections idle for ``connections.max.idle.ms`` (``None``: none are closed).
     idle: IdleSweeper | None = None
+    #: Reads request bodies the sidecar answers by its one rule (docs/protocol.md, "Leniency").
+    leniency: Leniency = QUIET
 
 
 @dataclass
@@ -512,7 +515,7 @@ class Connection:
         if local.decode:
             api = self.registry.api(header.api_key)
             try:
-                decoded = decode(api.request, header.api_version, raw, allow_trailing=local.allow_trailing)
+                decoded = self.parts.leniency.request(api, header.api_version, raw)
             except ProtocolError as exc:  # a body we cannot read: Kafka closes the connection too
                 raise ConnectionClosed("bad_request", f"{api.name} v{header.api_version}: {exc}") from None
         request = LocalRequest(header=header, body=decoded, raw=bytes(raw))

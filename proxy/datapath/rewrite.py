@@ -21,8 +21,9 @@ retries FindCoordinator). Each one is counted and logged.
 
 Bytes a broker sends after a response's body (librdkafka's mock cluster writes the top-level
 tag section of flexible Metadata twice; clients stop reading at the body's end) are no reason
-to refuse it: the body is rewritten and the bytes after it follow unchanged, reported to
-``on_lenient`` as ``trailing_bytes`` (docs/protocol.md, "Leniency").
+to refuse it: the body is rewritten and the bytes after it follow unchanged, reported through
+the listener's :class:`~protocol.leniency.Leniency` (docs/protocol.md, "Leniency"). A streamed
+response's tag section is rewritten in its own length with the same rule.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from typing import Any
 import construct as c
 
 from protocol.apis import Api
-from protocol.errors import ErrorCode, TrailingBytes
+from protocol.errors import ErrorCode
+from protocol.leniency import QUIET, RESPONSE, Leniency
 from protocol.scan import skip_tags, top_level_tags_prefix
-from protocol.schema import decode, decode_prefix, encode
+from protocol.schema import decode, encode
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
 from protocol.tagged import encoded_section, fitted_section
 from proxy.datapath.addressing import AddressBook
@@ -72,10 +74,6 @@ SITES: dict[int, tuple[Site, ...]] = {
 }
 
 _COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-
-TRAILING_BYTES = "trailing_bytes"
-"""The leniency kind of a response with bytes after its body (``on_lenient``)."""
-
 
 def _present(spec: MessageSpec, site: Site, version: int) -> bool:
     name = site.array if site.array is not None else site.id_field
@@ -153,13 +151,13 @@ class Rewriter:
         book: AddressBook,
         listener: str,
         on_unmapped: Callable[[str, int], None] | None = None,
-        on_lenient: Callable[[str, str, int], None] | None = None,
+        leniency: Leniency = QUIET,
     ) -> None:
         self.book = book
         self.listener = listener
         self.on_unmapped = on_unmapped
-        #: Told ``(api name, kind, bytes)`` of every response passed on despite a deviation.
-        self.on_lenient = on_lenient
+        #: Reads what a response holds beyond its body, and reports it.
+        self.leniency = leniency
 
     def rewrite(self, api: Api, version: int, body: bytes | memoryview) -> RewriteResult | None:
         """The rewritten body, or ``None`` when the response names no broker."""
@@ -169,8 +167,7 @@ class Rewriter:
             return None
         if plan.tags is not None:
             return self._rewrite_tags(api, version, body, plan.tags)
-        value, end = decode_prefix(api.response, version, body)
-        trailing = self._trailing(api, body, end)
+        value, trailing = self.leniency.response(api, version, body)
         rewritten = unmapped = 0
         for site in sites:
             if site.array is None:
@@ -186,14 +183,6 @@ class Rewriter:
             return None
         return RewriteResult(encode(api.response, version, value) + trailing, rewritten, unmapped)
 
-    def _trailing(self, api: Api, body: bytes | memoryview, end: int) -> bytes:
-        """The bytes of ``body`` after its message, which ends at ``end`` (reported)."""
-        if end == len(body):
-            return b""
-        if self.on_lenient is not None:
-            self.on_lenient(api.name, TRAILING_BYTES, len(body) - end)
-        return bytes(body[end:])
-
     def _rewrite_tags(
         self,
         api: Api,
@@ -203,7 +192,7 @@ class Rewriter:
     ) -> RewriteResult | None:
         """Rewrite sites that are top-level tagged fields, decoding nothing else."""
         section, end = top_level_tags_prefix(api.response, version, body)
-        trailing = self._trailing(api, body, end)
+        trailing = self.leniency.trailing(api.name, RESPONSE, body, end)
         view = memoryview(body)
         found = self._rewritten_entries(api, version, view, section.tags, sites)
         if found is None:
@@ -219,8 +208,9 @@ class Rewriter:
         The rewritten entries are written in order and the room left is filled with a tag
         no reader knows (:func:`~protocol.tagged.fitted_section`). Entries that grew past
         the room are dropped instead, as an unmapped broker is: the client then learns
-        the leader from Metadata, which names sidecars. ``None`` when nothing names a
-        broker. Raises the scanner's errors for a section that cannot be read.
+        the leader from Metadata, which names sidecars. Bytes after the section (after the
+        body) follow unchanged, reported as for a whole response. ``None`` when nothing
+        names a broker. Raises the scanner's errors for a section that cannot be read.
         """
         sites = _plan(api, version).tags
         if not sites:
@@ -228,20 +218,19 @@ class Rewriter:
         view = memoryview(section)
         spans: dict[int, tuple[int, int]] = {}
         end = skip_tags(view, 0, len(view), spans)
-        if end != len(view):
-            raise TrailingBytes(len(view) - end, f"{api.response.name} v{version}")
+        trailing = self.leniency.trailing(api.name, RESPONSE, view, end)
         found = self._rewritten_entries(api, version, view, spans, sites)
         if found is None:
             return None
         entries, replaced, rewritten, unmapped = found
-        body = fitted_section(entries, len(view))
+        body = fitted_section(entries, end)
         if body is None:
             log.info("%s v%d: rewritten %s does not fit the room the broker's took; dropped",
                      api.name, version, ", ".join(sites[tag][0].array or "" for tag in replaced))
             kept = [(tag, value) for tag, value in entries if tag not in replaced]
-            body = fitted_section(kept, len(view))
+            body = fitted_section(kept, end)
             assert body is not None, "dropping an entry always leaves room for the filler"
-        return RewriteResult(body, rewritten, unmapped)
+        return RewriteResult(body + trailing, rewritten, unmapped)
 
     def _rewritten_entries(
         self,

@@ -141,11 +141,9 @@ class LocalApi:
     takes: Takes | None = None
     #: Called for every version (ApiVersions answers UNSUPPORTED_VERSION itself).
     any_version: bool = False
-    #: Decode the body with the request schema before calling the handler.
+    #: Decode the body with the request schema before calling the handler (bytes after
+    #: the body are ignored, as Kafka's broker ignores them: :mod:`protocol.leniency`).
     decode: bool = True
-    #: Ignore bytes after the decoded body (librdkafka 2.16 sends one more byte in
-    #: AlterUserScramCredentials; Kafka ignores what follows a request).
-    allow_trailing: bool = False
 
 
 #: Answers one raw SASL token (after a v0 SaslHandshake; not a Kafka request).

@@ -74,7 +74,8 @@ def entries(registry: ApiRegistry) -> list[LocalApi]:
         api = registry.api(key)
         assert api.versions.hi is not None
         # librdkafka (2.16) ends AlterUserScramCredentials v0 with one byte more than the
-        # schema holds; Kafka's parser ignores what follows a request, and so does this one.
+        # schema holds; Kafka's parser ignores what follows a request, and so does the
+        # sidecar's (protocol.leniency).
         out.append(LocalApi(key=key, name=api.name, versions=(api.versions.lo, api.versions.hi),
-                            handler=handler, allow_trailing=True))
+                            handler=handler))
     return out

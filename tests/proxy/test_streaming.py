@@ -12,6 +12,7 @@ broker that stops mid-response, or answers the wrong request, ends the connectio
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import struct
 import uuid
@@ -25,6 +26,7 @@ import trio.testing
 from kafka.protocol.consumer import FetchResponse
 
 from protocol.apis import DEFAULT_REGISTRY, ApiRegistry
+from protocol.leniency import QUIET, Leniency
 from protocol.schema import encode
 from proxy.config.keys import HostPort
 from proxy.config.settings import ConnectionSettings
@@ -133,11 +135,13 @@ async def build(
     broker: ScriptedBroker,
     handler: Callable[[LocalRequest, Context], Answer] | None = None,
     observe: bool = False,
-    on_lenient: Callable[[str, str, int], None] | None = None,
+    leniency: Leniency = QUIET,
+    decode: bool = False,
 ) -> Harness:
     registry: ApiRegistry = DEFAULT_REGISTRY
-    table = LocalApiTable([heartbeat_api(handler)] if handler is not None else [])
-    rewriter = Rewriter(BOOK, "PLAINTEXT", on_lenient=on_lenient)
+    local = [dataclasses.replace(heartbeat_api(handler), decode=decode)] if handler is not None else []
+    table = LocalApiTable(local)
+    rewriter = Rewriter(BOOK, "PLAINTEXT", leniency=leniency)
     router = Router(registry, table, NoUpstreamInfo(), rewriter)
     metrics = SidecarMetrics(registry)
     seen: list[dict[str, Any]] = []
@@ -149,7 +153,7 @@ async def build(
 
     parts = Parts(
         settings=ConnectionSettings(), registry=registry, router=router, metrics=metrics,
-        open_upstream=open_upstream,
+        open_upstream=open_upstream, leniency=leniency,
         tap=(lambda _context: RecordingTap(seen)) if observe else (lambda _context: None),  # type: ignore[arg-type,return-value]
     )  # fmt: skip
     client, server_side = trio.testing.memory_stream_pair()

@@ -34,8 +34,9 @@ from functools import partial
 from typing import Any
 
 from protocol.apis import Api
+from protocol.leniency import QUIET, Leniency
 from protocol.pick import Picker, Unpickable
-from protocol.schema import decode, encode, struct_defaults
+from protocol.schema import encode, struct_defaults
 from protocol.spec import FieldSpec
 from proxy.auth.acl.evaluate import Authorizer, Denial, DeniedPart, RequestFacts, Verdict
 from proxy.auth.acl.model import Operation
@@ -266,8 +267,9 @@ class Enforcer:
                 self._picker = None
 
     def enforce(self, authorizer: Authorizer, facts: RequestFacts, raw: bytes | memoryview | None,
-                *, expects_response: bool = True) -> Enforcement:
-        """The enforcement of a request whose body (after the header) is ``raw``.
+                *, expects_response: bool = True, leniency: Leniency = QUIET) -> Enforcement:
+        """The enforcement of a request whose body (after the header) is ``raw``
+        (decoded, when it must be, by ``leniency``'s rule).
 
         ``facts.body`` is filled here from ``raw`` when a check needs it.
         """
@@ -280,7 +282,7 @@ class Enforcer:
                 verdict = _existing_need_no_create(authorizer.decide(_with_body(facts, light)), facts)
                 if verdict.allowed and not verdict.response_filters:
                     return ALLOWED
-            body = decode(self.api.request, self.version, raw, allow_trailing=True)
+            body = leniency.request(self.api, self.version, raw)
             facts = _with_body(facts, body)
         verdict = _existing_need_no_create(authorizer.decide(facts), facts)
         if verdict.allowed and not verdict.response_filters:
