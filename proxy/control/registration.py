@@ -156,19 +156,28 @@ class Registration:
             self.node_id = await self.registrant.wait_broker_id()
         path = f"{IDS_PATH}/{self.node_id}"
         body = registration_json(self.registrant)
-        deadline = trio.current_time() + self.zk.session_timeout
+        # A sidecar restarted at once (killed, OOM) finds its previous session's node: the
+        # server expires that session between one and one and a half session timeouts after
+        # its last heartbeat (expiry runs on tick boundaries, and a tick is at most half the
+        # shortest session). Twice the timeout covers it; anyone else's node is a
+        # configuration error (two sidecars with one broker.id).
+        deadline = trio.current_time() + 2 * self.zk.session_timeout
+        waiting = False
         while True:
             try:
                 await self.zk.call(self.zk.client.create, path, body, ephemeral=True)
                 log.info("registered %s in ZooKeeper", path)
                 return
             except NodeExistsError:
-                # A previous session of ours may not have expired yet; anyone else's is a
-                # configuration error (two sidecars with one broker.id).
                 if trio.current_time() > deadline:
                     raise RegistrationError(
-                        f"broker.id={self.node_id}: {path} is held by another live session"
+                        f"broker.id={self.node_id}: {path} is held by another live session "
+                        f"(waited {2 * self.zk.session_timeout:g} s, twice zookeeper.session.timeout.ms)"
                     ) from None
+                if not waiting:
+                    waiting = True
+                    log.info("%s exists: waiting for a previous session to expire (up to %g s)",
+                             path, 2 * self.zk.session_timeout)
                 await trio.sleep(0.5)
 
     async def _reregister(self) -> None:
