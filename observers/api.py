@@ -78,6 +78,14 @@ Features
     on its first exchange and every tick) and must not change format before the operator
     finalizes the level that allows it.
 
+Topic names
+    Produce v13 and Fetch v13+ name topics by id only. ``ObserverConfig.topic_name(id)``
+    is the name the broker gives that id: known at once when a Metadata answer naming it
+    passed through the sidecar, else asked of the broker (the observer's thread waits a
+    moment for it; each id is asked at most once a second). In the deployed shape a
+    sidecar serves Fetch requests from clients that asked another sidecar for Metadata,
+    so an id it has not seen is normal. ``None``: the broker does not name it either.
+
 Failures
     An exception out of any ``record_*`` or ``tick`` call is caught, counted
     (``ksidecar_observer_errors_total``) and logged at most once per
@@ -87,6 +95,7 @@ Failures
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -168,6 +177,9 @@ class ObserverConfig(Mapping[str, str]):
     #: The finalized level of a sidecar feature by name ("Features" above); ``None`` when
     #: the sidecar has none to report (then every level is 0).
     feature_level: Callable[[str], int] | None = None
+    #: The broker's name of a topic id ("Topic names" above), or ``None`` when there is
+    #: none to ask (then ids without a name stay ids).
+    topic_name: Callable[[uuid.UUID], str | None] | None = None
 
     def __getitem__(self, key: str) -> str:
         return self.entries[key]

@@ -67,6 +67,7 @@ class ThreadAudit(Observer):
             settings, broker_id=config.broker_id, apis=apis, metrics=SinkMetrics(config.registry),
             version=format_version(self.feature_level),
         )
+        self.recorder.names.resolve = config.topic_name
 
     def record_exchange(self, x: Exchange) -> None:
         """Build the exchange's rows from its frames and buffer them (raw exchanges)."""

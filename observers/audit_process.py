@@ -144,6 +144,7 @@ class ProcessAudit(Observer):
         raised here, naming the key)."""
         self.metrics = SinkMetrics(config.registry)
         self.feature_level = config.feature_level
+        self.names.resolve = config.topic_name
         self.version = format_version(self.feature_level)
         ours, theirs = socket.socketpair()
         root = str(Path(__file__).resolve().parent.parent)

@@ -189,14 +189,17 @@ def _pick_big(
     names: TopicNames, pick_from: int,
 ) -> Picked | None:
     """The partitions of a Produce request or Fetch response of at least ``pick_from``
-    bytes (``None`` for smaller ones, other APIs, unreadable bodies and no partitions)."""
+    bytes (``None`` for smaller ones, other APIs, unreadable bodies and no partitions).
+    Versions that name topics by id (13+) are picked whatever their size when ``names`` can
+    ask the broker (``TopicNames.resolve``): only this side can."""
     picked: Picked | None = None
+    by_id = version >= 13 and names.resolve is not None
     try:
         if api_key == PRODUCE_KEY:
-            if request is not None and len(request) >= pick_from:
+            if request is not None and (by_id or len(request) >= pick_from):
                 picked = produce_traffic(version, request, body, names)
         elif body is not None:
-            if api_key == FETCH_KEY and len(body) >= pick_from:
+            if api_key == FETCH_KEY and (by_id or len(body) >= pick_from):
                 picked = None, fetch_traffic(version, body, names)
             elif api_key == METADATA_KEY:
                 names.learn(version, body)

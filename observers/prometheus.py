@@ -60,6 +60,7 @@ class PrometheusObserver(Observer):
 
     def configure(self, config: ObserverConfig) -> None:
         """Read the bounds and register the counters on the sidecar's registry."""
+        self.names.resolve = config.topic_name
         values = {**DEFAULTS, **{k: v for k, v in config.items() if k in DEFAULTS}}
         bounds = []
         for key in ("observer.prometheus.max.topics", "observer.prometheus.max.principals"):

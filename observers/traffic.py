@@ -15,7 +15,7 @@ a message of its version (the decoder would refuse it too: :mod:`protocol.pick`)
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from protocol.apis import DEFAULT_REGISTRY
@@ -65,10 +65,13 @@ class PartitionTraffic(NamedTuple):
 
 
 class TopicNames:
-    """Topic id → name, learned from Metadata responses (v10+ carry both)."""
+    """Topic id → name, learned from Metadata responses (v10+ carry both), else asked of
+    ``resolve`` (``ObserverConfig.topic_name``: the broker's name for an id this observer
+    has not seen a Metadata answer name)."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolve: Callable[[uuid.UUID], str | None] | None = None) -> None:
         self._names: dict[uuid.UUID, str] = {}
+        self.resolve = resolve
 
     def learn(self, version: int, metadata_response: memoryview) -> None:
         """Remember every (id, name) pair a Metadata response body holds."""
@@ -86,9 +89,14 @@ class TopicNames:
         """A topic's name: ``name`` if set, else its id mapped, else the id as text."""
         if name:
             return name
-        if topic_id != _NULL_ID:
-            return self._names.get(topic_id, str(topic_id))
-        return name
+        if topic_id == _NULL_ID:
+            return name
+        known = self._names.get(topic_id)
+        if known is None and self.resolve is not None:
+            known = self.resolve(topic_id)
+            if known:
+                self.learn_pairs(((known, topic_id),))
+        return known or str(topic_id)
 
     def __len__(self) -> int:
         return len(self._names)

@@ -14,35 +14,27 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-import trio
-
-from coordinator.topics import TopicInfo
 from proxy.auth.acl.evaluate import AclIndex, Authorizer
 from proxy.auth.acl.model import AclBinding, BindingFilter, Operation, ResourceType
 from proxy.auth.acl.store import AclStore
+from proxy.control.topic_directory import TopicDirectory
 from proxy.control.zk import ZooKeeper
 
 log = logging.getLogger(__name__)
 
-#: The least time between two Metadata requests made to learn topic IDs.
-TOPIC_REFRESH_INTERVAL = 1.0
 
 
 class AclState:
     """The sidecar's ACLs and the authorizer over them."""
 
     def __init__(self, zk: ZooKeeper, *, super_users: frozenset[str], allow_if_no_acl: bool,
-                 open_keys: frozenset[int] = frozenset(),
-                 topics: Callable[[set[str] | None], Awaitable[list[TopicInfo]]] | None = None) -> None:
+                 open_keys: frozenset[int] = frozenset(), topics: TopicDirectory | None = None) -> None:
         self.zk = zk
-        self._topics = topics
-        #: Topic ID → name, as the broker's Metadata answers said (Produce v13 and Fetch
-        #: v13+ name topics by ID only; their ACLs are by name).
-        self._topic_names: dict[uuid.UUID, str] = {}
-        self._refreshed_at = -TOPIC_REFRESH_INTERVAL
-        self._refreshing: trio.Event | None = None
+        #: Topic ID → name (Produce v13 and Fetch v13+ name topics by ID only; their ACLs
+        #: are by name): the sidecar's one directory, shared with the observers.
+        self.topics = topics if topics is not None else TopicDirectory(None)
         self.super_users = super_users
         self.allow_if_no_acl = allow_if_no_acl
         self.open_keys = open_keys
@@ -52,32 +44,16 @@ class AclState:
     @property
     def topic_names(self) -> Mapping[uuid.UUID, str]:
         """Topic ID → name, as far as known."""
-        return self._topic_names
+        return self.topics.names
 
     def learn_topics(self, pairs: Iterable[tuple[uuid.UUID, str]]) -> None:
         """Topic IDs and names a Metadata answer passing through the sidecar named."""
-        for topic_id, name in pairs:
-            if topic_id.int and self._topic_names.get(topic_id) != name:
-                self._topic_names[topic_id] = name
+        self.topics.learn(pairs)
 
     async def refresh_topics(self) -> None:
         """Ask the broker for every topic's ID (at most once a second; concurrent callers
         wait for the same answer). A failure is logged: the IDs stay unknown, and refused."""
-        if self._refreshing is not None:
-            await self._refreshing.wait()
-            return
-        if self._topics is None or trio.current_time() - self._refreshed_at < TOPIC_REFRESH_INTERVAL:
-            return
-        self._refreshing = done = trio.Event()
-        try:
-            found = await self._topics(None)
-            self.learn_topics((t.topic_id, t.name) for t in found)
-        except Exception as exc:  # an UpstreamError or a broken link: keep serving
-            log.warning("could not learn topic IDs from the broker for authorization: %s", exc)
-        finally:
-            self._refreshed_at = trio.current_time()
-            self._refreshing = None
-            done.set()
+        await self.topics.refresh()
 
     def describable(self, principal: str, host: str, names: set[str]) -> set[str]:
         """The topics of ``names`` that ``principal`` from ``host`` may Describe (the

@@ -9,6 +9,7 @@ a worker thread, without blocking the event loop.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import trio
@@ -29,9 +30,11 @@ BLOCKED_POLL = 0.001
 def load_hub(
     config: SidecarConfig, apis: ApiRegistry, registry: CollectorRegistry, broker_id: int,
     feature_level: Callable[[str], int] | None = None,
+    topic_name: Callable[[uuid.UUID], str | None] | None = None,
 ) -> ObserverHub | None:
     """The hub of the observers ``observer.class.names`` names; ``None`` for none.
-    ``feature_level`` reads the fleet's finalized features (``ObserverConfig.feature_level``)."""
+    ``feature_level`` reads the fleet's finalized features (``ObserverConfig.feature_level``),
+    ``topic_name`` the broker's name of a topic id (``ObserverConfig.topic_name``)."""
     names: str = config["observer.class.names"]
     if not names.strip():
         return None
@@ -41,6 +44,7 @@ def load_hub(
         registry=registry,
         context={key: str(config[key]) for key in CONTEXT_KEYS},
         feature_level=feature_level,
+        topic_name=topic_name,
     )
     try:
         return ObserverHub.load(names, observer_config, apis)

@@ -38,6 +38,7 @@ from proxy.control.quota_metrics import register_quota_metrics
 from proxy.control.quota_state import IpQuotas
 from proxy.control.registration import Registration
 from proxy.control.tls import listener_ssl_context, upstream_ssl_context
+from proxy.control.topic_directory import TopicDirectory
 from proxy.control.upstream import Upstream, upstream_login
 from proxy.control.users import ScramUsers
 from proxy.control.zk import ZooKeeper
@@ -134,8 +135,10 @@ class Sidecar:
         #: built below, once the coordinator is (observers read it only once serving).
         self.features: FeatureState | None = None
         #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
+        #: Topic id → name for the ACLs and the observers (asked of the broker on demand).
+        self.topics = TopicDirectory(self.upstream.topics)
         self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id,
-                                  self.feature_level)
+                                  self.feature_level, self.topics.lookup_blocking)
         #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
         self.groups: GroupService | None = None
         if config["sidecar.coordinator"] == "embedded":
@@ -152,7 +155,7 @@ class Sidecar:
             self.acls = AclState(self.zk, super_users=config["super.users"],
                                  allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
                                  open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}),
-                                 topics=self.upstream.topics)
+                                 topics=self.topics)
         #: ACL enforcement on the data path (``sidecar.authorizer=acls``), else ``None``.
         self.authorization = None if self.acls is None else Authorization(
             self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow",
@@ -417,6 +420,7 @@ class Sidecar:
 
     async def serve(self, *, task_status: trio.TaskStatus[Sidecar] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the sidecar until cancelled or drained."""
+        self.topics.serving()
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(

@@ -9,6 +9,7 @@ import re
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +64,13 @@ EXCHANGES = [
 class Audit:
     """An audit observer behind a hub that is never started: deliveries run here."""
 
-    def __init__(self, directory: Path, isolation: str, **keys: str) -> None:
+    def __init__(self, directory: Path, isolation: str,
+                 topic_name: Callable[[uuid.UUID], str | None] | None = None, **keys: str) -> None:
         self.registry = CollectorRegistry()
         self.audit = AuditObserver()
         self.audit.configure(ObserverConfig(
             {"observer.audit.dir": str(directory), "observer.audit.isolation": isolation, **keys},
-            registry=self.registry))
+            registry=self.registry, topic_name=topic_name))
         self.hub = ObserverHub([(self.audit, "audit", Settings())], DEFAULT_REGISTRY, self.registry)
         self.tap = self.hub.tap("PLAINTEXT", "10.1.2.3", 40000, 2)
         self.worker = self.hub.workers[0]
@@ -116,6 +118,30 @@ def test_process_mode_writes_what_thread_mode_writes_and_reports_its_metrics(tmp
     assert results["process"] == results["thread"]
     fetched = [(r["topic"], r["records"]) for r in results["process"] if r["api_name"] == "Fetch"]
     assert fetched == [("orders", 3), ("orders", 200)]  # ids named from Metadata, both ways
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_topic_id_no_metadata_named_is_asked_of_the_broker_once(tmp_path: Path, isolation: str) -> None:
+    """In the deployed shape a sidecar serves Fetch requests of clients that asked another
+    sidecar for Metadata: the audit asks the sidecar's topic directory (the broker) for the
+    name, once per id, in either isolation; an id the broker does not name stays an id."""
+    asked: list[uuid.UUID] = []
+    nameless = uuid.UUID(int=0xDEAD)
+
+    def topic_name(topic_id: uuid.UUID) -> str | None:
+        asked.append(topic_id)
+        return "orders" if topic_id == TOPIC_ID else None
+
+    audit = Audit(tmp_path, isolation, topic_name)
+    orphan = request_frame(1, 13, 9, {"Topics": [{"TopicId": nameless, "Partitions": [{"Partition": 0}]}]}), \
+        response_frame(1, 13, 9, {"Responses": [{"TopicId": nameless, "Partitions": [
+            {"PartitionIndex": 0, "Records": SMALL}]}]})
+    audit.feed([fetch(1, SMALL), fetch(2, BIG), fetch(3, SMALL), orphan])
+    audit.audit.tick(time.time())
+    audit.audit.close(30)
+    fetched = [(r["topic"], r["records"]) for r in rows(tmp_path) if r["api_name"] == "Fetch"]
+    assert fetched == [("orders", 3), ("orders", 200), ("orders", 3), (str(nameless), 3)]
+    assert asked == [TOPIC_ID, nameless]
 
 
 @pytest.mark.parametrize(("keys", "message"), [
