@@ -29,7 +29,7 @@ import trio
 from coordinator.features import IncompatibleFeatures
 from proxy.config import ConfigError, SidecarConfig, load_config
 from proxy.config.properties import PropertiesError
-from proxy.tools import acls_cli, features_cli, groups_cli, quotas_cli, readiness, users_cli
+from proxy.tools import acls_cli, demo, features_cli, groups_cli, quotas_cli, readiness, users_cli
 from spark_jobs import options as audit_options
 
 log = logging.getLogger("ksidecar")
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", "-c", help="a .properties file (see docs/configuration.md)")
     run.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
                      help="override one key (repeatable)")
-    sub.add_parser("demo", help="run the end-to-end demo on loopback")
+    demo.add_arguments(sub.add_parser("demo", help="run the end-to-end demo on loopback"))
     quotas_cli.add_parser(sub)
     groups_cli.add_parser(sub)
     acls_cli.add_parser(sub)
@@ -121,9 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return report.main_from_args(args)
     if args.command == "demo":
-        from proxy.tools import demo
-
-        return demo.main()
+        return demo.main_from_args(args)
     try:
         config = load_config(args.config, _parse_set(args.set))
     except (ConfigError, PropertiesError) as exc:

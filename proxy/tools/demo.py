@@ -39,6 +39,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.tools.rig.mockcluster import MockCluster, start_mock_cluster
 from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
 from proxy.tools.rig.tansu import TansuServer, start_broker
 from proxy.tools.rig.zookeeper import ZooKeeperServer, start_zookeeper
@@ -102,6 +103,14 @@ class DemoResult:
     #: names the rows carry.
     audit_versions: dict[str, int] = field(default_factory=dict)
     client_software: tuple[str, ...] = ()
+    #: How many brokers, each with a sidecar in front (``--brokers``), and what they are.
+    brokers: int = 1
+    broker_kind: str = "Tansu"
+    #: Per sidecar (by broker id, in the deployed shape): requests forwarded to its broker
+    #: by API, the groups it owned, and the partitions its broker led.
+    forwarded: dict[int, dict[str, int]] = field(default_factory=dict)
+    owned_groups: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    led: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -121,7 +130,14 @@ class DemoResult:
         # it (version 2) may be the UpdateFeatures request itself.
         named = (self.audit_versions.get("2", 0) <= 1 and self.audit_versions.get("3", 0) > 0
                  and "confluent-kafka-python" in self.client_software)
-        return moved and coordinated and audited and inventoried and held and named and bool(self.report)
+        # In the deployed shape every sidecar whose broker leads a partition forwarded its
+        # Produce requests, and the group is owned by exactly one sidecar.
+        spread = self.brokers == 1 or (
+            all(self.forwarded.get(n, {}).get("Produce", 0) > 0 for n, led in self.led.items() if led)
+            and sum(self.group in g for g in self.owned_groups.values()) == 1
+        )
+        return (moved and coordinated and audited and inventoried and held and named and spread
+                and bool(self.report))
 
 
 @dataclass(frozen=True)
@@ -131,45 +147,58 @@ class Bootstrap:
     plaintext: str
     sasl: str
     via: str
+    #: The sidecars, by broker id (-1: the one sidecar in front of Tansu learns its id).
+    sidecars: dict[int, SidecarServer] = field(default_factory=dict)
+
+    @property
+    def first(self) -> str:
+        """One sidecar's PLAINTEXT address (for tools that take a single server)."""
+        return self.plaintext.split(",")[0]
 
 
 def choose_bootstrap(
-    broker: TansuServer, zookeeper: ZooKeeperServer, stack: ExitStack, audit_dir: Path
+    upstreams: dict[int, str], log_dir: Path, zookeeper: ZooKeeperServer, stack: ExitStack, audit_dir: Path
 ) -> Bootstrap:
-    """Start a sidecar (`ksidecar run`) in front of `broker`; return its client addresses.
+    """Start a sidecar (`ksidecar run`) in front of each broker in `upstreams` (broker id →
+    address; id -1: the sidecar learns it from the broker); return their client addresses.
 
-    The sidecar registers in ZooKeeper under the demo's chroot and maps broker addresses
-    through those registrations, so clients only ever see the sidecar. It has a plaintext
-    and a SASL listener (SCRAM users from ZooKeeper) and writes the audit trail to
-    `audit_dir`.
+    The sidecars register in ZooKeeper under the demo's chroot and map broker addresses
+    through those registrations, so clients only ever see sidecars. Each has a plaintext and
+    a SASL listener (SCRAM users from ZooKeeper) and writes the audit trail to `audit_dir`.
     """
-    sidecar = stack.enter_context(
-        start_sidecar(
-            Path(broker.log_path).parent,
-            broker.bootstrap,
-            extra_listeners=("SASL_PLAINTEXT",),
-            keys={
-                "zookeeper.connect": zookeeper.connect_string(CHROOT),
-                # Consumer groups are coordinated by the sidecar itself (docs/coordinator.md):
-                # the demo's group and its offsets live in ZooKeeper, not in the broker.
-                "sidecar.coordinator": "embedded",
-                # The features CLI connects unauthenticated (kafka-features.sh does too, without
-                # a command config): on loopback the anonymous principal may update features.
-                "super.users": ANONYMOUS,
-                "group.initial.rebalance.delay.ms": "500",
-                "tag.demo": "true",
-                "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
-                # The audit trail (KIP-388): Parquet under <work dir>/audit, flushed on stop.
-                "observer.class.names": "audit,prometheus",
-                "observer.audit.dir": str(audit_dir),
-            },
-        )
-    )
-    stack.callback(_print_sidecar_counts, sidecar)
-    sasl = f"{sidecar.host}:{sidecar.extra_ports['SASL_PLAINTEXT']}"
-    return Bootstrap(
-        sidecar.bootstrap, sasl, f"ksidecar run in front of the broker (metrics {sidecar.metrics_url})"
-    )
+    sidecars: dict[int, SidecarServer] = {}
+    for node, upstream in upstreams.items():
+        name = "ksidecar" if node < 0 else f"ksidecar-{node}"
+        keys = {
+            "zookeeper.connect": zookeeper.connect_string(CHROOT),
+            # Consumer groups are coordinated by the sidecars themselves (docs/coordinator.md):
+            # the demo's group and its offsets live in ZooKeeper, not in the broker.
+            "sidecar.coordinator": "embedded",
+            # The features CLI connects unauthenticated (kafka-features.sh does too, without
+            # a command config): on loopback the anonymous principal may update features.
+            "super.users": ANONYMOUS,
+            "group.initial.rebalance.delay.ms": "500",
+            "tag.demo": "true",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+            # The audit trail (KIP-388): Parquet under <work dir>/audit, flushed on stop; the
+            # files carry each sidecar's broker id, so a fleet shares the directory.
+            "observer.class.names": "audit,prometheus",
+            "observer.audit.dir": str(audit_dir),
+        }
+        if node >= 0:
+            keys["broker.id"] = str(node)  # as deploy/k8s does, from the pod's ordinal
+        sidecar = stack.enter_context(
+            start_sidecar(log_dir, upstream, name=name, extra_listeners=("SASL_PLAINTEXT",), keys=keys))
+        stack.callback(_print_sidecar_counts, sidecar, "" if node < 0 else f" {node}")
+        sidecars[node] = sidecar
+    plaintext = ",".join(s.bootstrap for s in sidecars.values())
+    sasl = ",".join(f"{s.host}:{s.extra_ports['SASL_PLAINTEXT']}" for s in sidecars.values())
+    if len(sidecars) == 1:
+        (only,) = sidecars.values()
+        via = f"ksidecar run in front of the broker (metrics {only.metrics_url})"
+    else:
+        via = f"a ksidecar run in front of each of the {len(sidecars)} brokers (as deployed: deploy/k8s)"
+    return Bootstrap(plaintext, sasl, via, sidecars)
 
 
 AUDIT_FORMAT = "ksidecar.audit.format"
@@ -247,7 +276,7 @@ def group_offsets(zookeeper: ZooKeeperServer, group: str, topic: str) -> dict[in
         client.close()
 
 
-def _print_sidecar_counts(sidecar: SidecarServer) -> None:
+def _print_sidecar_counts(sidecar: SidecarServer, which: str = "") -> None:
     """Print what the sidecar counted, from its /metrics, before it is stopped."""
     try:
         families = text_string_to_metric_families(sidecar.scrape())
@@ -261,7 +290,7 @@ def _print_sidecar_counts(sidecar: SidecarServer) -> None:
                 key = f"{sample.labels['api']}/{sample.labels['outcome']}"
                 totals[key] = totals.get(key, 0) + sample.value
     lines = ", ".join(f"{k} {int(v)}" for k, v in sorted(totals.items()))
-    print(f"  sidecar counted requests: {lines}", flush=True)
+    print(f"  sidecar{which} counted requests: {lines}", flush=True)
 
 
 DEMO_IP = "127.0.0.99"
@@ -383,9 +412,16 @@ def consume(
     return values, committed
 
 
-def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
+def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int = 1) -> DemoResult:
     """Start the components under `work_dir`, run the traffic, stop everything, run the
-    audit report; return the result."""
+    audit report; return the result.
+
+    `brokers` 1 puts one sidecar in front of Tansu; more runs librdkafka's mock cluster of
+    that many brokers with a sidecar in front of each (the deployed shape: leaders spread,
+    groups placed over the fleet).
+    """
+    if brokers < 1:
+        raise ValueError(f"--brokers must be at least 1, not {brokers}")
     began = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     topic, group = f"demo-{suffix}", f"demo-group-{suffix}"
@@ -393,25 +429,42 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
     values = [f"record-{i:06d}".encode() for i in range(records)]
     audit_dir = work_dir / "audit"
     with ExitStack() as stack:
-        broker = stack.enter_context(start_broker(work_dir))
+        mock: MockCluster | None = None
+        if brokers == 1:
+            broker: TansuServer | MockCluster = stack.enter_context(start_broker(work_dir))
+            upstreams = {-1: broker.bootstrap}
+            kind = "Tansu"
+        else:
+            broker = mock = stack.enter_context(start_mock_cluster(brokers, log_dir=work_dir))
+            upstreams = {n: f"{h}:{p}" for n, (h, p) in mock.brokers.items()}
+            kind = f"librdkafka's mock cluster, {brokers} brokers"
         zookeeper = stack.enter_context(start_zookeeper(work_dir))
         zk_version = prepare_zookeeper(zookeeper)
         password = add_reader(zookeeper)
-        clients = choose_bootstrap(broker, zookeeper, stack, audit_dir)
-        audit_format = finalize_audit_format(clients.plaintext)
+        clients = choose_bootstrap(upstreams, work_dir, zookeeper, stack, audit_dir)
+        audit_format = finalize_audit_format(clients.first)
         print(f"ksidecar demo: ksidecar features upgrade --feature {AUDIT_FORMAT}=1: {audit_format} "
               "(the audit now writes schema version 3, with client software)", flush=True)
 
-        create_topic(clients.plaintext, topic, partitions)
-        create_topic(clients.plaintext, idle_topic, 1)  # never produced to nor fetched from
+        led: dict[int, tuple[int, ...]] = {}
+        if mock is None:
+            create_topic(clients.plaintext, topic, partitions)
+            create_topic(clients.plaintext, idle_topic, 1)  # never produced to nor fetched from
+        else:  # the mock serves no CreateTopics: its control API, leaders spread
+            mock.create_topic(topic, partitions)
+            mock.create_topic(idle_topic, 1)
+            await_topics(clients.plaintext, {topic: partitions, idle_topic: 1})
+            leaders = mock.leaders(topic)
+            led = {n: tuple(p for p, leader in sorted(leaders.items()) if leader == n) for n in mock.brokers}
         produced = produce(clients.plaintext, topic, values)
         login = {
             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
             "sasl.username": READER, "sasl.password": password,
         }
         received, committed = consume(clients.sasl, topic, group, partitions, records, login)
-        quota = demo_ip_quota(clients.plaintext, zookeeper)
+        quota = demo_ip_quota(clients.first, zookeeper)
         stored = group_offsets(zookeeper, group, topic)
+        forwarded = {n: forwarded_by_api(s) for n, s in clients.sidecars.items()}
         result = DemoResult(
             broker=broker.bootstrap,
             broker_startup=broker.process.startup_seconds or 0.0,
@@ -435,10 +488,70 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3) -> DemoResult:
             idle_topic=idle_topic,
             zookeeper_offsets=stored,
             audit_format=audit_format,
+            brokers=brokers,
+            broker_kind=kind,
+            forwarded=forwarded if mock is not None else {},
+            owned_groups=owned_groups(zookeeper) if mock is not None else {},
+            led=led,
         )
-    # The sidecar has stopped: its audit files are complete. Now the Spark report.
+    # The sidecars have stopped: their audit files are complete. Now the Spark report.
     print("ksidecar demo: traffic done; running the audit report's Spark jobs", flush=True)
     return audit_report(result, work_dir / "report", began)
+
+
+def await_topics(bootstrap: str, topics: dict[str, int], timeout: float = 15.0) -> None:
+    """Wait until Metadata through the sidecars lists each topic with its partitions (an
+    operator's check that topics made outside the sidecars are visible through them)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = admin.list_topics(timeout=10).topics
+        seen = {name: len(listed[name].partitions) for name in topics if name in listed}
+        if seen == topics:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topics not listed through the sidecars within {timeout:g} s: {seen} of {topics}")
+        time.sleep(0.1)
+
+
+def forwarded_by_api(sidecar: SidecarServer) -> dict[str, int]:
+    """Requests the sidecar forwarded to its broker, by API (from its /metrics)."""
+    totals: dict[str, int] = {}
+    for family in text_string_to_metric_families(sidecar.scrape()):
+        for sample in family.samples:
+            if sample.name == "ksidecar_requests_total" and sample.labels["outcome"] == "forwarded":
+                api = sample.labels["api"]
+                totals[api] = totals.get(api, 0) + int(sample.value)
+    return dict(sorted(totals.items()))
+
+
+def owned_groups(zookeeper: ZooKeeperServer) -> dict[int, tuple[str, ...]]:
+    """Which sidecar owns which group: the claims under ``/coordinators/groups`` (each
+    group's ephemeral ``owner`` node names its sidecar's broker id)."""
+    import json
+
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+
+    from coordinator.claims import CLAIMS_ROOT
+    from coordinator.paths import unescape
+
+    client = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10.0)
+    client.start(timeout=10.0)
+    owned: dict[int, list[str]] = {}
+    try:
+        for child in client.get_children(CLAIMS_ROOT) if client.exists(CLAIMS_ROOT) else []:
+            try:
+                raw, _ = client.get(f"{CLAIMS_ROOT}/{child}/owner")
+            except NoNodeError:
+                continue
+            owned.setdefault(int(json.loads(raw)["broker_id"]), []).append(unescape(child))
+    finally:
+        client.stop()
+        client.close()
+    return {n: tuple(sorted(groups)) for n, groups in sorted(owned.items())}
 
 
 def audit_report(result: DemoResult, out: Path, began: float) -> DemoResult:
@@ -498,7 +611,7 @@ def audit_versions(audit_dir: Path) -> tuple[dict[str, int], tuple[str, ...]]:
 def summary(result: DemoResult) -> str:
     """The summary printed at the end of a run."""
     rows = [
-        ("broker", f"{result.broker} (Tansu, ready in {result.broker_startup:.2f} s)"),
+        ("broker", f"{result.broker} ({result.broker_kind}, ready in {result.broker_startup:.2f} s)"),
         (
             "zookeeper",
             f"{result.zookeeper} (ZooKeeper {result.zookeeper_version}, "
@@ -512,9 +625,10 @@ def summary(result: DemoResult) -> str:
             f"{result.consumed} records in group {result.group}, {result.missing} missing",
         ),
         ("committed", f"{result.committed} (sum of the group's committed offsets)"),
-        ("groups", f"coordinated by the sidecar (sidecar.coordinator=embedded); offsets in "
+        ("groups", f"coordinated by {_coordinator(result)} (sidecar.coordinator=embedded); offsets in "
                    f"ZooKeeper /consumers/{result.group}/offsets/{result.topic}: "
                    + ", ".join(f"{p}={o}" for p, o in sorted(result.zookeeper_offsets.items()))),
+        *_fleet_rows(result),
         ("quota", result.quota),
         ("features", f"{AUDIT_FORMAT} finalized at 1 before any traffic ({result.audit_format or 'not done'})"),
         ("audit", f"{result.audit_rows} rows in {result.audit_dir} ("
@@ -532,6 +646,26 @@ def summary(result: DemoResult) -> str:
         ("result", "OK" if result.ok else "FAILED"),
     ]
     return "\n".join(f"  {name:<10} {text}" for name, text in rows)
+
+
+def _coordinator(result: DemoResult) -> str:
+    """Which sidecar coordinated the demo's group."""
+    owners = [n for n, groups in result.owned_groups.items() if result.group in groups]
+    if result.brokers == 1 or not owners:
+        return "the sidecar"
+    return f"sidecar {owners[0]} (its owner by placement over the fleet)"
+
+
+def _fleet_rows(result: DemoResult) -> list[tuple[str, str]]:
+    """In the deployed shape, one row per sidecar: what it forwarded to its broker, the
+    partitions its broker led and the groups it owned."""
+    rows = []
+    for node in sorted(result.forwarded):
+        apis = ", ".join(f"{api} {n}" for api, n in result.forwarded[node].items()) or "nothing"
+        led = ", ".join(str(p) for p in result.led.get(node, ())) or "none"
+        owned = ", ".join(result.owned_groups.get(node, ())) or "none"
+        rows.append((f"sidecar {node}", f"broker {node} led partitions {led}; forwarded {apis}; owns groups: {owned}"))
+    return rows
 
 
 def _traffic_line(result: DemoResult) -> str:
@@ -553,25 +687,39 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise _Signalled(signum)
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options (``python -m proxy.tools.demo`` and ``ksidecar demo``)."""
+    parser.add_argument("--records", type=int, default=1000, help="records to produce (1000)")
+    parser.add_argument("--partitions", type=int, default=3, help="topic partitions (3)")
+    parser.add_argument("--brokers", type=int, default=1,
+                        help="brokers, each with a sidecar in front (1: Tansu; more: librdkafka's mock cluster)")
+    parser.add_argument(
+        "--work-dir", type=Path, help="where logs, the audit and the report go (default: a new temp dir)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the process exit code."""
     parser = argparse.ArgumentParser(
         prog="python -m proxy.tools.demo", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--records", type=int, default=1000, help="records to produce (1000)")
-    parser.add_argument("--partitions", type=int, default=3, help="topic partitions (3)")
-    parser.add_argument(
-        "--work-dir", type=Path, help="where logs, the audit and the report go (default: a new temp dir)"
-    )
-    args = parser.parse_args(argv)
+    add_arguments(parser)
+    return main_from_args(parser.parse_args(argv))
 
+
+def main_from_args(args: argparse.Namespace) -> int:
+    """Run the demo with parsed options; returns the process exit code."""
+    if args.brokers < 1:
+        print(f"demo: --brokers must be at least 1, not {args.brokers}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
     work_dir: Path = args.work_dir or Path(tempfile.mkdtemp(prefix="ksidecar-demo-"))
     work_dir.mkdir(parents=True, exist_ok=True)
-    print(f"ksidecar demo: starting Tansu and ZooKeeper (logs in {work_dir})", flush=True)
+    brokers = "Tansu" if args.brokers == 1 else f"librdkafka's mock cluster ({args.brokers} brokers)"
+    print(f"ksidecar demo: starting {brokers} and ZooKeeper (logs in {work_dir})", flush=True)
     try:
-        result = run(work_dir, records=args.records, partitions=args.partitions)
+        result = run(work_dir, records=args.records, partitions=args.partitions, brokers=args.brokers)
     except KeyboardInterrupt as exc:
         print(f"interrupted: components stopped (logs in {work_dir})", file=sys.stderr)
         return 128 + (exc.signum if isinstance(exc, _Signalled) else signal.SIGINT)

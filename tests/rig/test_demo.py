@@ -71,3 +71,33 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     for address in (result.broker, result.bootstrap, result.sasl_bootstrap, result.zookeeper.removesuffix("/ksidecar")):
         host, port = address.rsplit(":", 1)
         assert not can_connect(host, int(port)), f"{address} still accepts connections"
+
+
+def test_demo_in_the_deployed_shape_a_sidecar_per_broker(tmp_path: Path) -> None:
+    """``ksidecar demo --brokers 3``: the same story over librdkafka's mock cluster, a
+    sidecar in front of each broker; the summary says, per sidecar, what it forwarded and
+    which groups it owns."""
+    result = run(tmp_path, records=150, partitions=3, brokers=3)
+
+    assert result.ok, summary(result)
+    assert (result.produced, result.consumed, result.committed, result.missing) == (150, 150, 150, 0)
+    assert result.broker_kind == "librdkafka's mock cluster, 3 brokers"
+    # Leaders spread by the mock's control API: partition p on broker p % 3 + 1, and each
+    # broker's Produce went through its own sidecar.
+    assert result.led == {1: (0,), 2: (1,), 3: (2,)}
+    assert all(result.forwarded[n].get("Produce", 0) >= 1 for n in (1, 2, 3)), result.forwarded
+    # The group lives with exactly one sidecar, the one placement picks among 1, 2, 3.
+    from coordinator.placement import owner
+
+    assert [n for n, groups in result.owned_groups.items() if result.group in groups] == [
+        owner(result.group, [1, 2, 3])]
+    text = summary(result)
+    for node in (1, 2, 3):
+        assert f"sidecar {node}  broker {node} led partitions {node - 1}; forwarded " in text
+    # The audit of three sidecars, one report: every record by principal, topics by name.
+    assert result.audited_in == {"User:ANONYMOUS": 150}
+    assert result.audited_out.get("User:demo-reader", 0) >= 150
+    assert result.idle_topic in result.unused and result.inventory[result.topic] == 3
+    for address in (*result.bootstrap.split(","), *result.broker.split(",")):
+        host, port = address.rsplit(":", 1)
+        assert not can_connect(host, int(port)), f"{address} still accepts connections"
