@@ -654,3 +654,22 @@ def named_addresses(key: int, version: int, body: bytes) -> Iterator[tuple[str, 
     for entry in entries(reader[version].decode(body).to_dict()):
         if entry.get("error_code", 0) == 0:
             yield name, (entry["host"], entry["port"])
+
+
+def test_what_each_broker_implementation_needed_the_sidecar_to_read_past(cluster: Shape, single: Shape) -> None:
+    """``ksidecar_lenient_frames_total`` after the module's traffic, per implementation:
+    librdkafka's mock sends one byte after every flexible Metadata body (every sidecar
+    forwarded Metadata) and refuses ApiVersions v3 in a body longer than v3 reads (each
+    sidecar's control connection asks v3 first); Tansu needed nothing."""
+    counts: dict[str, dict[tuple[str, str, str], float]] = {}
+    for name, shape in (("mock", cluster), ("tansu", single)):
+        for server in shape.sidecars.values():
+            for labels, value in samples(server, "ksidecar_lenient_frames_total"):
+                key = (labels["api"], labels["direction"], labels["kind"])
+                counts.setdefault(name, {})[key] = counts.get(name, {}).get(key, 0) + value
+    print(f"\nlenient frames by broker implementation: {counts}")
+    mock = counts.get("mock", {})
+    assert mock.get(("Metadata", "response", "trailing_bytes"), 0) >= len(IDS)
+    assert mock.get(("ApiVersions", "response", "trailing_bytes"), 0) >= len(IDS)
+    assert set(mock) <= {("Metadata", "response", "trailing_bytes"), ("ApiVersions", "response", "trailing_bytes")}
+    assert counts.get("tansu", {}) == {}
