@@ -31,7 +31,13 @@ from protocol.leniency import REQUEST, RESPONSE, TRAILING_BYTES, Leniency
 from protocol.scan import top_level_tags_prefix
 from protocol.schema import encode, struct_defaults
 from proxy.config.keys import HostPort
-from proxy.datapath.rewrite import SITES, Rewriter, rewrites_tags_only, rewrites_version
+from proxy.datapath.rewrite import (
+    SITES,
+    Rewriter,
+    RewriteResult,
+    rewrites_tags_only,
+    rewrites_version,
+)
 from proxy.local.api import Answer, Context, LocalRequest, Respond
 from tests.protocol.strategies import message_values
 
@@ -68,17 +74,7 @@ def test_bytes_after_the_body_follow_the_rewritten_body_unchanged(
     api: Api, version: int, data: st.DataObject, extra: bytes
 ) -> None:
     body = encode(api.response, version, data.draw(message_values(api.response, version)))
-    reported: list[tuple[str, str, str, int]] = []
-    plain = Rewriter(EveryBroker(), "PLAINTEXT").rewrite(api, version, body)
-    lenient = Rewriter(EveryBroker(), "PLAINTEXT", leniency=Leniency(lambda *a: reported.append(a)))
-    result = lenient.rewrite(api, version, body + extra)
-    assert reported == [(api.name, RESPONSE, TRAILING_BYTES, len(extra))]
-    if plain is None:
-        assert result is None  # nothing named a broker: the broker's bytes go on, extra included
-    else:
-        assert result is not None
-        assert (result.body, result.rewritten, result.unmapped) == (
-            plain.body + extra, plain.rewritten, plain.unmapped)
+    assert_the_extra_bytes_follow(api, extra, lambda rewriter, tail: rewriter.rewrite(api, version, body + tail))
 
 
 STREAMED = [(api, v) for api, v in CASES if rewrites_tags_only(api, v)]
@@ -94,17 +90,28 @@ def test_a_streamed_tag_section_with_bytes_after_it_is_rewritten_in_its_own_leng
     and whatever follows it; the section is rewritten in its own length, the rest follows."""
     body = encode(api.response, version, data.draw(message_values(api.response, version)))
     start = top_level_tags_prefix(api.response, version, body)[0].start
+    result = assert_the_extra_bytes_follow(
+        api, extra, lambda rewriter, tail: rewriter.rewrite_section(api, version, body[start:] + tail))
+    assert result is None or len(result.body) == len(body) - start + len(extra)  # its own length
+
+
+def assert_the_extra_bytes_follow(
+    api: Api, extra: bytes, rewrite: Callable[[Rewriter, bytes], RewriteResult | None],
+) -> RewriteResult | None:
+    """``rewrite`` of the response followed by ``extra`` is ``rewrite`` of the response
+    alone followed by ``extra`` (or ``None`` for both: the broker's bytes go on, extra
+    included), and reports ``extra`` once."""
     reported: list[tuple[str, str, str, int]] = []
-    plain = Rewriter(EveryBroker(), "PLAINTEXT").rewrite_section(api, version, body[start:])
-    lenient = Rewriter(EveryBroker(), "PLAINTEXT", leniency=Leniency(lambda *a: reported.append(a)))
-    result = lenient.rewrite_section(api, version, body[start:] + extra)
+    plain = rewrite(Rewriter(EveryBroker(), "PLAINTEXT"), b"")
+    result = rewrite(Rewriter(EveryBroker(), "PLAINTEXT", leniency=Leniency(lambda *a: reported.append(a))), extra)
     assert reported == [(api.name, RESPONSE, TRAILING_BYTES, len(extra))]
     if plain is None:
         assert result is None
     else:
-        assert result is not None and len(result.body) == len(body) - start + len(extra)
+        assert result is not None
         assert (result.body, result.rewritten, result.unmapped) == (
             plain.body + extra, plain.rewritten, plain.unmapped)
+    return result
 
 
 def test_a_response_without_extra_bytes_reports_nothing() -> None:
