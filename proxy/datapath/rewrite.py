@@ -39,7 +39,15 @@ import construct as c
 from protocol.apis import Api
 from protocol.errors import ErrorCode
 from protocol.leniency import QUIET, RESPONSE, Leniency
-from protocol.scan import skip_tags, top_level_tags_prefix
+from protocol.scan import (
+    Step,
+    Steps,
+    merge_fixed,
+    plan_field,
+    skip_tags,
+    top_level_tags_prefix,
+    walk,
+)
 from protocol.schema import decode, encode
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
 from protocol.tagged import encoded_section, fitted_section
@@ -81,6 +89,21 @@ def _present(spec: MessageSpec, site: Site, version: int) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class _Field:
+    """A site that is one top-level array field: how to find it without decoding what
+    comes before it, and how to read and write it alone."""
+
+    site: Site
+    #: Skips the fields before it (:func:`protocol.scan.walk`).
+    before: Steps
+    #: Skips the field itself.
+    steps: Steps
+    #: A one-field message holding just it (followed by an empty tag section when flexible).
+    spec: MessageSpec
+    flexible: bool
+
+
+@dataclass(frozen=True, slots=True)
 class _Plan:
     """What rewriting one API version involves, worked out once."""
 
@@ -88,6 +111,9 @@ class _Plan:
     sites: tuple[Site, ...]
     #: When every site is a top-level tagged field: ``{tag: (site, spec of its value)}``.
     tags: dict[int, tuple[Site, MessageSpec]] | None
+    #: When the one site is a top-level array field (Metadata's and DescribeCluster's
+    #: ``Brokers``, FindCoordinator's ``Coordinators``, ShareFetch's ``NodeEndpoints``).
+    field: _Field | None = None
 
 
 def _value_spec(response: MessageSpec, field: FieldSpec, version: int) -> MessageSpec:
@@ -100,6 +126,24 @@ def _value_spec(response: MessageSpec, field: FieldSpec, version: int) -> Messag
     plain = dataclasses.replace(field, tag=None, tagged=NO_VERSIONS)
     return MessageSpec(f"{response.name}.{field.name}", "data", None, Versions(version, version),
                        Versions(version, None), (plain,))
+
+
+def _field_plan(response: MessageSpec, site: Site, version: int) -> _Field | None:
+    """The plan for rewriting ``site`` as a splice, or ``None`` when it is not one
+    top-level array field at ``version``."""
+    flexible = response.is_flexible(version)
+    before: list[Step] = []
+    for f in response.fields:
+        if not f.present_in(version) or f.tagged_in(version):
+            continue
+        if f.name == site.array:
+            if not f.is_array:
+                return None
+            spec = MessageSpec(f"{response.name}.{f.name}", "data", None, Versions(version, version),
+                               Versions(version, None) if flexible else NO_VERSIONS, (f,))
+            return _Field(site, merge_fixed(before), plan_field(f, version, flexible), spec, flexible)
+        before.extend(plan_field(f, version, flexible))
+    return None
 
 
 _PLANS: dict[tuple[int, int], _Plan] = {}
@@ -119,13 +163,20 @@ def _plan(api: Api, version: int) -> _Plan:
                 break
             assert tags is not None
             tags[f.tag] = (site, _value_spec(api.response, f, version))
-        found = _PLANS[key] = _Plan(api.response, sites, tags if sites else None)
+        spliced = _field_plan(api.response, sites[0], version) if len(sites) == 1 and tags is None else None
+        found = _PLANS[key] = _Plan(api.response, sites, tags if sites else None, spliced)
     return found
 
 
 def rewrites_version(api: Api, version: int) -> bool:
     """True when responses of ``api`` at ``version`` can name brokers."""
     return bool(_plan(api, version).sites)
+
+
+def rewrites_by_splice(api: Api, version: int) -> bool:
+    """True when a response of ``api`` at ``version`` is rewritten by splicing one array
+    field: what follows that field is never read (nor bytes after the body noticed)."""
+    return _plan(api, version).field is not None
 
 
 def rewrites_tags_only(api: Api, version: int) -> bool:
@@ -167,6 +218,15 @@ class Rewriter:
             return None
         if plan.tags is not None:
             return self._rewrite_tags(api, version, body, plan.tags)
+        if plan.field is not None:
+            return self._rewrite_field(api, version, body, plan.field)
+        return self.rewrite_decoded(api, version, body)
+
+    def rewrite_decoded(self, api: Api, version: int, body: bytes | memoryview) -> RewriteResult | None:
+        """:meth:`rewrite` by decoding the whole response and encoding it again: for sites
+        that are not one array field (FindCoordinator v0-3's top-level entry), and the
+        reference the faster paths are held to (tests/proxy/test_rewrite_splice.py)."""
+        sites = _plan(api, version).sites
         value, trailing = self.leniency.response(api, version, body)
         rewritten = unmapped = 0
         for site in sites:
@@ -182,6 +242,34 @@ class Rewriter:
         if not rewritten and not unmapped:
             return None
         return RewriteResult(encode(api.response, version, value) + trailing, rewritten, unmapped)
+
+    def _rewrite_field(self, api: Api, version: int, body: bytes | memoryview, field: _Field) -> RewriteResult | None:
+        """Rewrite a site that is one top-level array field: find it by skipping what comes
+        before it, decode and encode it alone, and splice it between the broker's bytes.
+
+        What follows the field (Metadata's topics and partitions, a ShareFetch's tag
+        section, bytes after the body) is neither decoded nor checked: it goes to the
+        client as the broker sent it, so the cost is in the brokers named, not in the
+        partitions. A client that cannot read that part would not have read it from the
+        broker either (docs/protocol.md, "Leniency").
+        """
+        view = memoryview(body)
+        end = len(view)
+        start = walk(field.before, view, 0, end)
+        stop = walk(field.steps, view, start, end)
+        name = field.site.array
+        assert name is not None
+        raw = view[start:stop]
+        entries = decode(field.spec, version, bytes(raw) + b"\x00" if field.flexible else raw)[name]
+        if not entries:
+            return None
+        kept, rewritten, unmapped = self._entries(api, entries, field.site)
+        if not rewritten and not unmapped:
+            return None
+        encoded = encode(field.spec, version, {name: kept})
+        if field.flexible:
+            encoded = encoded[:-1]  # the one-field message's own tag count
+        return RewriteResult(b"".join((view[:start], encoded, view[stop:])), rewritten, unmapped)
 
     def _rewrite_tags(
         self,

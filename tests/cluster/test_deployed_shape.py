@@ -658,9 +658,10 @@ def named_addresses(key: int, version: int, body: bytes) -> Iterator[tuple[str, 
 
 def test_what_each_broker_implementation_needed_the_sidecar_to_read_past(cluster: Shape, single: Shape) -> None:
     """``ksidecar_lenient_frames_total`` after the module's traffic, per implementation:
-    librdkafka's mock sends one byte after every flexible Metadata body (every sidecar
-    forwarded Metadata) and refuses ApiVersions v3 in a body longer than v3 reads (each
-    sidecar's control connection asks v3 first); Tansu needed nothing."""
+    librdkafka's mock sends one byte after every flexible Metadata body (read to the end
+    by each sidecar's control connection; the clients' Metadata is spliced after its
+    brokers, the byte passed on unread) and refuses ApiVersions v3 in a body longer than
+    v3 reads (each sidecar's control connection asks v3 first); Tansu needed nothing."""
     counts: dict[str, dict[tuple[str, str, str], float]] = {}
     for name, shape in (("mock", cluster), ("tansu", single)):
         for server in shape.sidecars.values():
