@@ -8,6 +8,7 @@
     python -m tests.bench --audit produce-sync consume   # also a sidecar with the audit on
     python -m tests.bench --acls produce-sync produce-b1000-acks1   # also one enforcing 100 ACLs
     python -m tests.bench --baseline HEAD~1 consume   # also the sidecar of another commit (A/B)
+    python -m tests.bench cluster-metadata cluster-refresh --topics 1000 --partitions 10
     python -m tests.bench --list
 
 Needs the ``bench`` and ``test`` extras (``pip install -e '.[test,bench]'``).
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="COMMIT",
                         help="also measure the sidecar of COMMIT in front of the same broker "
                              "(an A/B of a change: sidecar/baseline)")
+    parser.add_argument("--topics", type=int, help="topics of the cluster-size workloads (1000)")
+    parser.add_argument("--partitions", type=int, help="partitions per topic of the cluster-size workloads (10)")
     parser.add_argument("--list", action="store_true", help="list workloads and exit")
     args = parser.parse_args(argv)
 
@@ -84,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; see --list")
     chosen = [BY_NAME[n] for n in args.workloads] if args.workloads else list(WORKLOADS)
     settings = QUICK if args.quick else Settings()
-    if args.duration is not None:
-        settings = Settings(**{**settings.__dict__, "duration": args.duration})
+    for key, value in (("duration", args.duration), ("cluster_topics", args.topics),
+                       ("cluster_partitions", args.partitions)):
+        if value is not None:
+            settings = Settings(**{**settings.__dict__, key: value})
     stamp = time.strftime("%Y%m%d-%H%M%S")
 
     if args.profile:

@@ -71,6 +71,13 @@ def targets_for(results: Sequence[WorkloadResult]) -> list[Target]:
         if w.additive:
             if w.name == "latency-produce":
                 out.append(Target(w.name, f"sidecar_added_{w.metric}", 1.0, False, "added p99 ≤ 1 ms"))
+            if w.name == "cluster-metadata":
+                out.append(Target(w.name, f"sidecar_added_{w.metric}", 2.0, False,
+                                  "adds ≤ 2 ms to a full Metadata (1,000 × 10)"))
+            continue
+        if w.name == "cluster-refresh":
+            out.append(Target(w.name, "sidecar/direct", 1.2, False,
+                              "producer p99 under Metadata refresh ≤ 1.2 × direct's"))
             continue
         if w.name == "connections":
             out.append(Target(w.name, "sidecar_rss_mb", 100.0, False, "RSS ≤ 100 MB with 1,000 idle"))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import select
 import socket
 import statistics
+import threading
 import time
 import uuid
 from collections import deque
@@ -70,6 +71,15 @@ class Settings:
     connection_batch: int = 100
     #: Restart the stack before a workload when the broker's RSS is above this.
     broker_rss_limit: int = 1 << 30
+    #: The cluster-size workloads' topics and partitions per topic (``--topics``, ``--partitions``).
+    cluster_topics: int = 1000
+    cluster_partitions: int = 10
+    #: Full Metadata requests per target (cluster-metadata), and clients refreshing it in a
+    #: loop beside the steady producer (cluster-refresh), each pausing this long between
+    #: requests (tight loops would measure a two-core machine's broker, not the proxy).
+    metadata_requests: int = 40
+    refreshers: int = 4
+    refresh_pause: float = 0.1
 
 
 QUICK = Settings(
@@ -402,6 +412,87 @@ def _latency_metadata(stack: Stack, target: str, settings: Settings, state: dict
     return _latency(stack, target, "Metadata", frame, settings.metadata_rate, settings.latency_seconds)
 
 
+# -- cluster size ----------------------------------------------------------------------
+
+CLUSTER_PREFIX = "bench-cluster"
+#: Topics per CreateTopics request while the cluster is built.
+CREATE_BATCH = 50
+
+
+def _cluster_setup(stack: Stack, settings: Settings, state: dict[str, Any]) -> None:
+    """Give the broker ``cluster_topics`` × ``cluster_partitions`` (once per stack)."""
+    key = (settings.cluster_topics, settings.cluster_partitions, stack.generation)
+    if state.get("cluster") == key:
+        return
+    names = [f"{CLUSTER_PREFIX}-{t:05d}" for t in range(settings.cluster_topics)]
+    with RawConnection(stack.address("direct")) as conn:
+        for at in range(0, len(names), CREATE_BATCH):
+            body = conn.call(19, 4, {
+                "Topics": [{"Name": n, "NumPartitions": settings.cluster_partitions, "ReplicationFactor": 1,
+                            "Assignments": [], "Configs": []} for n in names[at : at + CREATE_BATCH]],
+                "TimeoutMs": 30000, "ValidateOnly": False,
+            })  # fmt: skip
+            failed = [t.ErrorCode for t in body.Topics if t.ErrorCode not in (0, 36)]
+            if failed:
+                raise RuntimeError(f"CreateTopics for the cluster workloads: errors {failed[:3]}")
+    create_topic(stack.address("direct"), "bench-latency")
+    state["cluster"] = key
+
+
+FULL_METADATA = {"Topics": None, "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False}
+
+
+def _full_metadata(address: str, count: int, deadline: float) -> list[float]:
+    """``count`` full Metadata v12 round trips one after another (until ``deadline``)."""
+    frame = request(3, 12, 1, FULL_METADATA)
+    rtts: list[float] = []
+    with RawConnection(address) as conn:
+        for _ in range(count):
+            if time.perf_counter() > deadline:
+                break
+            began = time.perf_counter()
+            conn.send(frame)
+            conn.read_frame()
+            rtts.append(time.perf_counter() - began)
+    return rtts
+
+
+def _cluster_metadata(stack: Stack, target: str, settings: Settings, state: dict[str, Any]) -> dict[str, float]:
+    _full_metadata(stack.address(target), 3, time.perf_counter() + 30)  # warm up
+    return _percentiles(_full_metadata(stack.address(target), settings.metadata_requests,
+                                       time.perf_counter() + 60))
+
+
+def _cluster_refresh(stack: Stack, target: str, settings: Settings, state: dict[str, Any]) -> dict[str, float]:
+    """A steady producer's round trips while ``refreshers`` clients ask for full Metadata
+    in a loop on connections of their own, all through ``target``."""
+    address = stack.address(target)
+    batch = record_batch(1)
+    stop = threading.Event()
+    refreshed: list[int] = []
+
+    def refresh() -> None:
+        count = 0
+        while not stop.wait(settings.refresh_pause):
+            count += len(_full_metadata(address, 1, time.perf_counter() + 30))
+        refreshed.append(count)
+
+    threads = [threading.Thread(target=refresh, daemon=True) for _ in range(settings.refreshers)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.2)  # the refreshers are in full swing
+        rtts = open_loop(address, lambda i: produce_request(i, "bench-latency", batch, 1, PRODUCE_VERSION),
+                         settings.produce_rate, settings.latency_seconds)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    out = _percentiles(rtts)
+    out["metadata_per_s"] = sum(refreshed) / (settings.latency_seconds + 0.2)
+    return out
+
+
 # -- connections -----------------------------------------------------------------------
 
 
@@ -502,6 +593,12 @@ WORKLOADS: list[Workload] = [
     Workload("latency-metadata", "Metadata v12 latency at 500 req/s (rewritten by the sidecar)",
              "p99_ms", "ms", False, _latency_metadata, setup=_latency_setup, additive=True,
              extra=("p50_ms",), fresh_broker=True, targets=LATENCY_TARGETS),
+    Workload("cluster-metadata", "Full Metadata v12 of the cluster-size topics (1,000 × 10 unless "
+             "--topics/--partitions), one request at a time", "p50_ms", "ms", False, _cluster_metadata,
+             setup=_cluster_setup, additive=True, extra=("p99_ms",)),
+    Workload("cluster-refresh", "Produce p99 at 1,000 req/s while 4 clients refresh full Metadata "
+             "every 100 ms (1,000 × 10 unless --topics/--partitions)", "p99_ms", "ms", False, _cluster_refresh,
+             setup=_cluster_setup, extra=("p50_ms", "metadata_per_s")),
     Workload("connections", "Connection setup (connect + ApiVersions), 1,000 connections",
              "accepts_per_s", "conn/s", True, _connections, extra=("rss_mb",),
              fresh_broker=True),  # RSS growth is measured from a process that never had any
