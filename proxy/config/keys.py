@@ -337,9 +337,17 @@ KEYS: tuple[Key, ...] = (
     Key("queued.max.request.bytes", "int", "268435456",
         "Request bytes all client connections together may hold in memory (Kafka's name and "
         "meaning: a frame being read reserves its whole size; past the bound no connection "
-        "starts reading a new request until memory is released). -1: no bound (Kafka's "
-        "default; the sidecar's is 256 MiB, so a handful of clients sending large frames "
-        "cannot exhaust it).",
+        "starts reading a new large request until memory is released). An eighth more is "
+        "kept for frames of at most 1 MiB, so clients holding large half-sent frames do not "
+        "stop the others. -1: no bound (Kafka's default; the sidecar's is 256 MiB, so a "
+        "handful of clients sending large frames cannot exhaust it).",
+        _bound_or_none, "-1 or >= 1"),
+    Key("socket.request.read.timeout.ms", "int", "30000",
+        "Longest a client may take to send one request frame, from its first byte to its "
+        "last; past it the connection is closed (cause `request_read_timeout`, logged and "
+        "counted in ksidecar_errors_total), and the frame's memory is released. -1: no "
+        "limit (Kafka's broker has none: a client that announces a large frame and stops "
+        "would hold its share of queued.max.request.bytes for good).",
         _bound_or_none, "-1 or >= 1"),
     Key("sidecar.response.max.bytes", "int", "1073741824",
         "Largest response frame accepted from the broker.", _int(1), ">= 1"),

@@ -25,6 +25,9 @@ class ConnectionSettings:
     idle_timeout: float = 600.0
     #: ``socket.request.max.bytes``: the largest request frame.
     request_max_bytes: int = 104857600
+    #: ``socket.request.read.timeout.ms`` in seconds (``None``: no limit): how long one
+    #: request frame may take to arrive.
+    request_read_timeout: float | None = 30.0
     #: ``sidecar.response.max.bytes``: the largest response frame.
     response_max_bytes: int = 1073741824
     #: ``sidecar.unsupported.request.policy``: ``respond`` (KIP-35) or ``close``.
@@ -43,6 +46,8 @@ class ConnectionSettings:
             max_buffered_bytes=config["sidecar.max.buffered.bytes.per.connection"],
             idle_timeout=config["connections.max.idle.ms"] / 1000,
             request_max_bytes=config["socket.request.max.bytes"],
+            request_read_timeout=None if config["socket.request.read.timeout.ms"] < 0
+            else config["socket.request.read.timeout.ms"] / 1000,
             response_max_bytes=config["sidecar.response.max.bytes"],
             unsupported_policy=config["sidecar.unsupported.request.policy"],
             unparsed_policy=config["sidecar.unparsed.request.policy"],

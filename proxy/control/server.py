@@ -182,8 +182,10 @@ class Sidecar:
             features=self.features,
         )
         self.connection_settings = ConnectionSettings.from_config(config)
-        #: ``connections.max.idle.ms`` for every connection (one task, not one per connection).
-        self.idle = IdleSweeper(self.connection_settings.idle_timeout)
+        #: ``connections.max.idle.ms`` and ``socket.request.read.timeout.ms`` for every
+        #: connection (one task, not one per connection).
+        self.idle = IdleSweeper(self.connection_settings.idle_timeout,
+                                self.connection_settings.request_read_timeout)
         #: Request bytes held by all connections (``queued.max.request.bytes``).
         self.memory = RequestMemory(queued_max_request_bytes(config))
         self._all_closed = trio.Event()

@@ -68,7 +68,7 @@ from proxy.datapath.authorize import REFRESH, Authorization, Denials, Patch
 from proxy.datapath.errors import ConnectionClosed, UpstreamError, frame_cause, reason_of
 from proxy.datapath.frames import FrameBuffer
 from proxy.datapath.idle import IdleSweeper
-from proxy.datapath.memory import RequestMemory
+from proxy.datapath.memory import MAIN, RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.responder import Responses, Slot
 from proxy.datapath.routing import FORWARD, OPAQUE, UNPARSED, UNSUPPORTED, Router, Streaming
@@ -158,9 +158,9 @@ class Connection:
     """
 
     __slots__ = (
-        "_expired", "_held", "_nursery", "_reading", "_receive_scope", "_stop", "_unsent", "_upstream",
+        "_expired", "_held", "_nursery", "_pool", "_reading", "_receive_scope", "_stop", "_unsent", "_upstream",
         "_upstream_wire", "_writer_started", "_writing", "client", "client_wire", "context",
-        "gate", "last_receive", "listener", "max_buffered", "max_in_flight",
+        "frame_began", "gate", "last_receive", "listener", "max_buffered", "max_in_flight",
         "metrics", "parts", "peer", "registry", "responses", "router", "silent_produces",
         "stats", "tap", "tracker", "upstream_answered", "upstream_expected", "upstream_slots",
     )  # fmt: skip
@@ -206,8 +206,12 @@ class Connection:
         self._writer_started = False
         #: The rest of a write the client's socket did not take at once (the writer's).
         self._unsent: memoryview | None = None
-        #: Request bytes this connection holds in the sidecar-wide pool.
+        #: Request bytes this connection holds in the sidecar-wide pool, and which pool.
         self._held = 0
+        self._pool = MAIN
+        #: When the first bytes of the request frame being read arrived (``None``: between
+        #: frames): ``socket.request.read.timeout.ms`` runs from there (the idle sweeper).
+        self.frame_began: float | None = None
         #: When the client last sent bytes (the idle sweeper's reference).
         self.last_receive = trio.current_time()
         #: Set by the idle sweeper when it closes the connection: ``(reason, detail)``.
@@ -247,7 +251,7 @@ class Connection:
                 idle.discard(self)
             if self._expired is not None:
                 reason, detail = self._expired
-            self.parts.memory.change(-self._held)
+            self.parts.memory.change(self._pool, -self._held)
             self._held = 0
             if self.tap is not None:
                 self._observe_unanswered()
@@ -300,13 +304,13 @@ class Connection:
     # -- client side -------------------------------------------------------------------
 
     async def _client_pump(self, scope: trio.CancelScope) -> None:
-        decoder = FrameBuffer(self.parts.settings.request_max_bytes)
+        decoder = FrameBuffer(self.parts.settings.request_max_bytes, lazy=True)
         interruptible = self.client_wire.interruptible
         memory = self.parts.memory
         while not self._stop:
             await self._wait_for_capacity()
             if self._held == 0 and memory.full:
-                await memory.wait_for_room()  # queued.max.request.bytes
+                await memory.wait_for_room()  # queued.max.request.bytes: room for a small frame?
             if self._stop:
                 break
             # Only the read itself is stopped by a drain: what was read is always
@@ -320,7 +324,8 @@ class Connection:
                 self._receive_scope = None
             if not read:
                 break  # the read was interrupted: draining
-            self.last_receive = trio.current_time()
+            now = self.last_receive = trio.current_time()
+            completed = 0
             parts: list[bytes | memoryview] = []
             while True:
                 try:
@@ -335,6 +340,7 @@ class Connection:
                     return
                 if frame is NEED_DATA:
                     break
+                completed += 1
                 if self._at_capacity():
                     # One read can hold many requests: the bound holds per request.
                     # Send what is gathered first, or its answers could never come.
@@ -343,15 +349,24 @@ class Connection:
                 await self._on_request(frame, parts)
             await self._send_upstream(parts)
             self._deliver()
-            if memory.limit is not None and decoder.pending != self._held:
-                if self._held == 0 and memory.full:
-                    # A new frame while the pool is full: its body is not read until there
-                    # is room (Kafka grants a request its memory before reading it). Every
-                    # pump may already be in a read when the pool fills; this is where the
-                    # ones that were not first wait.
-                    await memory.wait_for_room()
-                memory.change(decoder.pending - self._held)
-                self._held = decoder.pending
+            if not decoder.buffered:
+                self.frame_began = None
+            elif completed or self.frame_began is None:
+                self.frame_began = now  # a new frame's first bytes
+            wanted = max(decoder.gathering, 0)  # the frame being read: its whole size once known
+            if memory.limit is not None and wanted != self._held:
+                if self._held:
+                    memory.change(self._pool, -self._held)
+                    self._held = 0
+                if wanted:
+                    # A new frame: its body is not read until there is room for it (Kafka
+                    # grants a request its memory before reading it; a small frame may use
+                    # the share kept for small frames). Every pump may already be in a read
+                    # when the pool fills; this is where the ones that were not first wait.
+                    self._pool = await memory.reserve(wanted)
+                    self._held = wanted
+                    if self.frame_began is not None:  # waiting for memory is not the client's time
+                        self.frame_began = max(self.frame_began, trio.current_time())
         # Draining: no more requests; let the writer finish what is in flight.
         self._reading = False
         self._wake_writer()
@@ -383,6 +398,20 @@ class Connection:
             self.last_receive = now
             return False
         self._expired = ("idle", f"no request for {timeout:g}s")
+        self._nursery.cancel_scope.cancel()
+        return True
+
+    def read_expired(self, now: float, timeout: float) -> bool:
+        """Close the connection if the request frame being read is not complete ``timeout``
+        seconds after its first bytes (``socket.request.read.timeout.ms``; the idle sweeper
+        asks); True if it was closed. Its reservation of ``queued.max.request.bytes`` goes
+        back as the connection ends."""
+        began = self.frame_began
+        if began is None or now < began + timeout or self._nursery is None:
+            return False
+        frame = f"a {self._held}-byte request frame" if self._held else "a request frame"
+        self._expired = ("request_read_timeout", f"{frame} was not complete {timeout:g} s after its "
+                         "first bytes (socket.request.read.timeout.ms)")
         self._nursery.cancel_scope.cancel()
         return True
 

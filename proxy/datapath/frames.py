@@ -9,6 +9,15 @@ are still to come, :meth:`FrameBuffer.direct` returns the unfilled tail of a buf
 the frame's size, the caller reads into it (``recv_into``), and only the bytes that
 arrived before are copied.
 
+With ``lazy``, the buffer of a frame of at least :data:`LAZY_MIN` bytes is an anonymous
+memory map, whose pages the kernel provides as they are first written: a frame announced
+at 98 MiB and half sent holds 49 MiB of the process's memory, not 98 (``bytearray(n)``
+writes every page at once). The client side reads requests this way, so what a slow
+client costs is what it sent (:mod:`proxy.datapath.memory`). Smaller frames keep the
+``bytearray``: a fresh map costs a page fault per 4 KiB, which for 1 MiB Produce requests
+cost more CPU than the whole frame's copy it saves (``python -m tests.bench
+produce-b1000-acks1 --baseline``).
+
 Frames come back whole (size prefix included), as ``memoryview``s that stay valid: a
 buffer handed to :meth:`FrameBuffer.receive_data` is never written again, and a direct
 buffer is never reused. Errors are the protocol's (:class:`~protocol.errors.FrameTooLarge`,
@@ -18,21 +27,28 @@ buffer is never reused. Errors are the protocol's (:class:`~protocol.errors.Fram
 
 from __future__ import annotations
 
+import mmap
+
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, Sentinel
 
 #: A frame with at least this much still to come is read into its own buffer.
 DIRECT_MIN = 65536
 
+#: With ``lazy``, a frame of at least this many bytes gets a lazily backed buffer.
+LAZY_MIN = 4 << 20
+
 
 class FrameBuffer(FrameDecoder):
     """A :class:`~protocol.framing.FrameDecoder` that can read a large frame in place."""
 
-    __slots__ = ("_direct", "_filled")
+    __slots__ = ("_direct", "_filled", "lazy")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, lazy: bool = False) -> None:
         super().__init__(max_frame_size)
-        self._direct: bytearray | None = None
+        self._direct: bytearray | mmap.mmap | None = None
         self._filled = 0  # bytes of _direct filled
+        #: Direct buffers take memory as they are filled, not when made (module docstring).
+        self.lazy = lazy
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed a chunk; ``b""`` means the peer closed its side."""
@@ -48,7 +64,8 @@ class FrameBuffer(FrameDecoder):
         if self._direct is None:
             if self._need < 0 or self._need - self.buffered < DIRECT_MIN:
                 return None
-            buffer = self._direct = bytearray(self._need)
+            lazy = self.lazy and self._need >= LAZY_MIN
+            buffer = self._direct = mmap.mmap(-1, self._need) if lazy else bytearray(self._need)
             filled = 0
             while self._chunks:
                 part = self._chunks.popleft()[self._head :]

@@ -410,35 +410,86 @@ async def test_drain_stops_at_a_frame_boundary_and_forwards_all_it_read(
         await h.client.aclose()
 
 
-async def test_request_memory_bound_stops_new_reads_until_released(
+async def test_request_memory_bound_stops_new_large_reads_and_keeps_a_share_for_small_ones(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """queued.max.request.bytes: a half-read large frame holds its whole size; another
-    connection does not start a request until it is released."""
-    memory = RequestMemory(1000)
+    connection's large frame waits for it, its small one goes on in the share kept for
+    small frames; when that share is taken too, small frames wait as well."""
+    memory = RequestMemory(1000, small_share=300, small_frame=200)
     broker = FakeBroker()
-    got: list[tuple[float, int]] = []
     async with trio.open_nursery() as nursery:
         a = await build(nursery, broker=broker)
         parts = Parts(**{**a.connection.parts.__dict__, "memory": memory})
-        first = Connection(parts, a.connection.client, a.connection.context)
-        nursery.start_soon(first.run)
+
+        async def connect() -> trio.abc.Stream:
+            client, server = trio.testing.memory_stream_pair()
+            nursery.start_soon(Connection(parts, server, a.connection.context).run)
+            return client
+
+        first = await connect()
         big = request(LIST_OFFSETS, 1, 1, b"x" * 5000)
-        await a.client.send_all(big[:3000])
+        await first.send_all(big[:3000])
         await trio.testing.wait_all_tasks_blocked()
-        assert memory.used == len(big)  # the whole frame is reserved, over the bound
+        assert (memory.used, memory.small_used) == (len(big), 0)  # the whole frame, over the bound
 
-        b_client, b_server = trio.testing.memory_stream_pair()
-        second = Connection(parts, b_server, a.connection.context)
-        nursery.start_soon(second.run)
-        await b_client.send_all(request(LIST_OFFSETS, 1, 2))
+        second = await connect()
+        await second.send_all(request(LIST_OFFSETS, 1, 2, b"y" * 1000)[:500])  # large: waits
+        third = await connect()
+        small = request(LIST_OFFSETS, 1, 3, b"z" * 150)
+        await third.send_all(small)
+        await read_responses(third, 1, [])
+        assert [cid for _, cid in broker.received] == [3]  # the small one went on at once
+        assert memory.small_used == 0  # and gave its share back
+
+        holders = [await connect() for _ in range(2)]  # two half-sent small frames: the share is taken
+        for n, holder in enumerate(holders):
+            await holder.send_all(request(LIST_OFFSETS, 1, 10 + n, b"h" * 150)[:100])
+        await trio.testing.wait_all_tasks_blocked()
+        assert memory.small_used == 2 * len(small)
+        fourth = await connect()  # (a pump already in its read takes what arrives whole)
+        await fourth.send_all(request(LIST_OFFSETS, 1, 4))
         await trio.sleep(10)
-        assert [cid for _, cid in broker.received] == []  # the second connection was not read
+        assert [cid for _, cid in broker.received] == [3]  # now small frames wait too
 
-        await a.client.send_all(big[3000:])  # the first frame completes and is forwarded
-        await read_responses(a.client, 1, got)
-        await read_responses(b_client, 2, got)
-        assert [cid for _, cid in got] == [1, 2]
-        assert memory.used == 0
-        await a.client.aclose()
-        await b_client.aclose()
+        await first.send_all(big[3000:])  # the large frame completes: room in the main pool
+        await read_responses(first, 1, [])
+        await read_responses(fourth, 1, [])
+        assert [cid for _, cid in broker.received][:3] == [3, 1, 4]
+        for stream in (first, second, third, fourth, *holders):
+            await stream.aclose()
+    assert (memory.used, memory.small_used) == (0, 0)
+
+
+async def test_a_request_frame_that_does_not_arrive_in_time_closes_its_own_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """socket.request.read.timeout.ms: a client that announces a large frame and stops is
+    closed once the time from its first bytes has passed; its memory goes back, and the
+    frame that waited for it is read."""
+    memory = RequestMemory(1000, small_share=0)
+    broker = FakeBroker()
+    sweeper = IdleSweeper(600.0, read_timeout=30.0)  # looks every second
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sweeper.run)
+        a = await build(nursery, broker=broker)
+        parts = Parts(**{**a.connection.parts.__dict__, "memory": memory, "idle": sweeper})
+        stalled_client, stalled_server = trio.testing.memory_stream_pair()
+        nursery.start_soon(Connection(parts, stalled_server, a.connection.context).run)
+        began = trio.current_time()
+        await stalled_client.send_all(request(LIST_OFFSETS, 1, 1, b"x" * 5000)[:2000])
+        await trio.sleep(20)
+        await stalled_client.send_all(b"x" * 100)  # trickling bytes do not reset the clock
+        waiting_client, waiting_server = trio.testing.memory_stream_pair()
+        nursery.start_soon(Connection(parts, waiting_server, a.connection.context).run)
+        await waiting_client.send_all(request(LIST_OFFSETS, 1, 2))
+        assert await stalled_client.receive_some(10) == b""  # closed, unanswered
+        assert 30.0 <= trio.current_time() - began <= 31.0  # at the sweep's precision
+        await trio.testing.wait_all_tasks_blocked()  # the connection counts after closing
+        closed = a.connection.metrics.registry.get_sample_value(
+            "ksidecar_connections_closed_total", {"listener": "PLAINTEXT", "reason": "request_read_timeout"})
+        assert closed == 1
+        await read_responses(waiting_client, 1, [])  # its memory went back: the other is read
+        assert [cid for _, cid in broker.received] == [2] and memory.used == 0
+        await waiting_client.aclose()
+        nursery.cancel_scope.cancel()  # the sweeper runs forever

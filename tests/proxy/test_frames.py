@@ -9,6 +9,7 @@ blocked read (a drain) without disturbing a write that waits for room.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import struct
@@ -19,7 +20,7 @@ import trio.testing
 
 from protocol.errors import FrameTooLarge, Truncated
 from protocol.framing import EOF, NEED_DATA, FrameDecoder
-from proxy.datapath.frames import DIRECT_MIN, FrameBuffer
+from proxy.datapath.frames import DIRECT_MIN, LAZY_MIN, FrameBuffer
 from proxy.datapath.wire import SocketWire, Wire, wire_for
 
 
@@ -38,9 +39,9 @@ def reference(stream: bytes) -> list[bytes]:
     return out
 
 
-def split_with_direct(stream: bytes, chunk: int) -> list[bytes]:
+def split_with_direct(stream: bytes, chunk: int, lazy: bool = False) -> list[bytes]:
     """Feed ``stream`` as a reader would: chunks, or straight into a large frame's buffer."""
-    buffer = FrameBuffer()
+    buffer = FrameBuffer(lazy=lazy)
     out: list[bytes] = []
     at = 0
     while at < len(stream):
@@ -69,6 +70,36 @@ STREAM = b"".join([frame(10, 1), frame(0, 2), frame(DIRECT_MIN * 3 + 7, 3), fram
 @pytest.mark.parametrize("chunk", [1, 3, 4, 5, 1000, 65536, 70000, 262144, len(STREAM)])
 def test_every_chunking_gives_the_reference_frames(chunk: int) -> None:
     assert split_with_direct(STREAM, chunk) == reference(STREAM)
+
+
+#: Frames on both sides of LAZY_MIN, for the client side's lazily backed buffers.
+LAZY_STREAM = b"".join([frame(LAZY_MIN + 5, 11), frame(300, 12), frame(LAZY_MIN - 1, 13), frame(DIRECT_MIN, 14)])
+
+
+@pytest.mark.parametrize("chunk", [1000, 65536, 262144, len(LAZY_STREAM)])
+def test_lazy_buffers_give_the_reference_frames(chunk: int) -> None:
+    assert split_with_direct(LAZY_STREAM, chunk, lazy=True) == reference(LAZY_STREAM)
+
+
+def test_a_lazy_buffer_takes_memory_as_it_is_filled() -> None:
+    """A frame announced at 64 MiB and a tenth sent costs the process about a tenth."""
+    size = 64 << 20
+    buffer = FrameBuffer(max_frame_size=size + 4, lazy=True)
+    buffer.receive_data(struct.pack(">i", size))
+    assert buffer.next_frame() is NEED_DATA
+    before = resident_bytes()
+    view = buffer.direct()
+    assert view is not None and len(view) == size
+    view[: size // 10] = b"\x01" * (size // 10)
+    buffer.filled(size // 10)
+    grown = resident_bytes() - before
+    assert size // 10 <= grown < size // 4, grown  # the sent tenth (and the bytes written), not 64 MiB
+
+
+def resident_bytes() -> int:
+    """This process's resident set (Linux /proc)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def test_a_large_frame_is_read_in_place_and_only_what_came_first_is_copied() -> None:
