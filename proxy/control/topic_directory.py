@@ -17,6 +17,7 @@ in, a bounded wait for the event loop's answer (``ObserverConfig.topic_name``).
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
@@ -91,25 +92,34 @@ class TopicDirectory:
 
     def lookup_blocking(self, topic_id: uuid.UUID, timeout: float = LOOKUP_TIMEOUT) -> str | None:
         """The name of ``topic_id``, asking the broker if it is not known yet (from a
-        thread other than the event loop's; waits at most ``timeout`` seconds). ``None``
-        when the broker does not name it either (asked again after an interval), or
-        cannot be asked."""
+        thread other than the event loop's; waits at most ``timeout`` seconds, whatever the
+        loop is doing). ``None`` when the broker does not name it either (asked again after
+        an interval), or cannot be asked in time."""
         name = self._names.get(topic_id)
-        if name is not None or self._token is None or self._ask is None:
+        token = self._token
+        if name is not None or token is None or self._ask is None:
             return name
-        try:
-            return trio.from_thread.run(self._lookup, topic_id, timeout, trio_token=self._token)
-        except (trio.RunFinishedError, RuntimeError):  # the loop stopped, or this is its thread
-            return None
+        answered = threading.Event()
 
-    async def _lookup(self, topic_id: uuid.UUID, timeout: float) -> str | None:
-        missed = self._missed.get(topic_id)
-        if missed is None or trio.current_time() - missed >= self._interval:
-            with trio.move_on_after(timeout):
-                await self.refresh()
-        name = self._names.get(topic_id)
-        if name is None:
-            if len(self._missed) >= MAX_MISSED:
-                self._missed.clear()
-            self._missed[topic_id] = trio.current_time()
-        return name
+        def start() -> None:  # in the event loop
+            trio.lowlevel.spawn_system_task(self._lookup, topic_id, timeout, answered)
+
+        try:
+            token.run_sync_soon(start)
+        except trio.RunFinishedError:  # the loop has stopped
+            return None
+        answered.wait(timeout)
+        return self._names.get(topic_id)
+
+    async def _lookup(self, topic_id: uuid.UUID, timeout: float, answered: threading.Event) -> None:
+        try:
+            missed = self._missed.get(topic_id)
+            if topic_id not in self._names and (missed is None or trio.current_time() - missed >= self._interval):
+                with trio.move_on_after(timeout):
+                    await self.refresh()
+            if topic_id not in self._names:
+                if len(self._missed) >= MAX_MISSED:
+                    self._missed.clear()
+                self._missed[topic_id] = trio.current_time()
+        finally:
+            answered.set()

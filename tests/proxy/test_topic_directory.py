@@ -3,6 +3,8 @@ Metadata answers, asked of the broker on demand, reached from observer threads."
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 import trio
@@ -75,3 +77,20 @@ async def test_concurrent_askers_share_one_request_and_a_failure_leaves_ids_unkn
     assert failing.names == {}
     failing.learn([(uuid.UUID(int=0), "no-id"), (ORDERS, "orders")])  # zero ids are no ids
     assert failing.names == {ORDERS: "orders"}
+
+
+async def test_an_observer_thread_waits_no_longer_than_its_timeout_for_a_busy_loop() -> None:
+    """The loop does not run while a caller blocks it (a sync client inside a test, a long
+    computation): the observer's thread gives up after its timeout instead of waiting for
+    the loop, and the lookup it started finishes once the loop runs again."""
+    broker = Broker()
+    directory = TopicDirectory(broker.ask)
+    directory.serving()
+    got: list[str | None] = []
+    thread = threading.Thread(target=lambda: got.append(directory.lookup_blocking(ORDERS, timeout=0.1)))
+    thread.start()
+    time.sleep(0.3)  # the loop is blocked here, as a synchronous call inside it would block it
+    thread.join(5)
+    assert got == [None]
+    await trio.sleep(0.05)  # the loop runs: the lookup it was handed asks the broker
+    assert broker.asked == 1 and directory.names == {ORDERS: "orders"}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -59,6 +60,9 @@ CHANGE_PREFIX = "acl_changes_"
 CHANGE_EXPIRY_S = 15 * 60
 #: Compare-and-set attempts before a write gives up (Kafka's ``maxUpdateRetries``).
 MAX_RETRIES = 10
+#: Seconds of random pause after a lost compare-and-set, times the attempt: without it a
+#: dozen writers of one pattern race in lockstep and the last gives up after MAX_RETRIES.
+RETRY_BACKOFF = 0.01
 
 
 class AclStoreError(Exception):
@@ -271,7 +275,9 @@ class AclStore:
     def _update(self, pattern: ResourcePattern, change: Callable[[set[AclEntry]], set[AclEntry]]) -> bool:
         """Compare-and-set one pattern's entries; True when ZooKeeper changed (then announced)."""
         path = path_of(pattern)
-        for _ in range(MAX_RETRIES):
+        for attempt in range(MAX_RETRIES):
+            if attempt:  # lost a race: step aside a random while, as Kafka's AclAuthorizer does
+                time.sleep(random.uniform(0, RETRY_BACKOFF * attempt))
             current, version = self._read(pattern)
             wanted = change(set(current))
             if wanted == current:
