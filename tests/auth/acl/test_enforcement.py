@@ -1,17 +1,18 @@
 """ACLs enforced on the data path (``sidecar.authorizer=acls``), with real clients, a real
 Tansu and real ZooKeeper.
 
-alice may Write and Read topics prefixed ``orders-`` and Read group ``billing``; bob has no
-ACL at all. confluent-kafka, kafka-python and aiokafka as alice produce and consume in the
-group; as bob they get Kafka's authorization errors from their own client library, and bob's
-topic listing does not show alice's topic. A DENY for alice's host wins over her ALLOW.
-Shadow mode refuses nothing and counts what it would have refused.
+alice may Write and Read topics prefixed ``orders-`` and Read her group (each test's own
+``billing-…``); bob has no ACL at all. confluent-kafka, kafka-python and aiokafka as alice
+produce and consume in the group; as bob they get Kafka's authorization errors from their own
+client library, and bob's topic listing does not show alice's topic. A DENY for alice's host
+wins over her ALLOW. Shadow mode refuses nothing and counts what it would have refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -35,6 +36,9 @@ pytestmark = pytest.mark.integration
 
 MECHANISM = "SCRAM-SHA-256"
 GROUP = "billing"
+SESSION_MS = 6000
+"""The consumers' group session: Tansu holds a first JoinGroup for half of it (kafka-python's
+and aiokafka's default of 10 s would hold it 5 s)."""
 RECORDS = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(3)]
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
@@ -46,11 +50,19 @@ def acl(rtype: ResourceType, name: str, op: Operation, *, principal: str = "User
     return AclBinding(pattern, AclEntry(principal, host, op, Permission.DENY if deny else Permission.ALLOW))
 
 
-ALICE_ACLS = [
-    acl(ResourceType.TOPIC, "orders-", Operation.WRITE, prefixed=True),
-    acl(ResourceType.TOPIC, "orders-", Operation.READ, prefixed=True),
-    acl(ResourceType.GROUP, GROUP, Operation.READ),
-]
+def new_group() -> str:
+    """A group of the test's own: ``billing-<random>``. A member that never left (aiokafka sends
+    no LeaveGroup in Tansu's generation 0) stays in its group for its session, and a later
+    join of the same group on the session's broker would wait it out."""
+    return f"{GROUP}-{uuid.uuid4().hex[:8]}"
+
+
+def alice_acls(group: str) -> list[AclBinding]:
+    return [
+        acl(ResourceType.TOPIC, "orders-", Operation.WRITE, prefixed=True),
+        acl(ResourceType.TOPIC, "orders-", Operation.READ, prefixed=True),
+        acl(ResourceType.GROUP, group, Operation.READ),
+    ]
 
 
 async def orders_topic(tansu: TansuServer) -> str:
@@ -61,7 +73,7 @@ async def orders_topic(tansu: TansuServer) -> str:
 
 
 def confluent_flow(bootstrap: str, user: str, topic: str, group: str) -> dict[str, Any]:
-    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
     common = confluent_config(bootstrap, MECHANISM, user, USERS[user])
     out: dict[str, Any] = {"delivery": []}
@@ -75,8 +87,11 @@ def confluent_flow(bootstrap: str, user: str, topic: str, group: str) -> dict[st
     producer.flush(20)
     listed = producer.list_topics(timeout=10)
     out["listed"] = topic in listed.topics and listed.topics[topic].error is None
+    # The end of the partition is an event (enable.partition.eof): a consumer that has read
+    # all there is stops there rather than polling out its 20 s.
     consumer = Consumer({**common, "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, "session.timeout.ms": 6000})
+                         "enable.auto.commit": False, "session.timeout.ms": SESSION_MS,
+                         "enable.partition.eof": True})
     got: list[tuple[bytes, bytes]] = []
     try:
         consumer.subscribe([topic])
@@ -84,8 +99,10 @@ def confluent_flow(bootstrap: str, user: str, topic: str, group: str) -> dict[st
             message = consumer.poll(0.5)
             if message is None:
                 continue
-            if message.error() is not None:
-                out["consume_error"] = message.error().code()
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:  # else all there is was read
+                    out["consume_error"] = error.code()
                 break
             got.append((message.key(), message.value()))
             if len(got) == len(RECORDS):
@@ -115,7 +132,8 @@ def kafka_python_flow(bootstrap: str, user: str, topic: str, group: str) -> dict
                 out["delivery"].append(type(exc).__name__)
     finally:
         producer.close(timeout=5)
-    consumer = KafkaConsumer(**common, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = KafkaConsumer(**common, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+                             session_timeout_ms=SESSION_MS)
     got: list[tuple[bytes, bytes]] = []
     try:
         out["listed"] = topic in consumer.topics()
@@ -156,7 +174,7 @@ def aiokafka_flow(bootstrap: str, user: str, topic: str, group: str) -> dict[str
         finally:
             await producer.stop()
         consumer = AIOKafkaConsumer(**common, group_id=group, auto_offset_reset="earliest",
-                                    enable_auto_commit=False)
+                                    enable_auto_commit=False, session_timeout_ms=SESSION_MS)
         got: list[tuple[bytes, bytes]] = []
         await consumer.start()
         try:
@@ -181,21 +199,22 @@ def aiokafka_flow(bootstrap: str, user: str, topic: str, group: str) -> dict[str
 FLOWS = {"confluent-kafka": confluent_flow, "kafka-python": kafka_python_flow, "aiokafka": aiokafka_flow}
 
 
-async def started(sasl_sidecar: StartSasl, *, mode: str = "enforce") -> SaslRig:
+async def started(sasl_sidecar: StartSasl, group: str, *, mode: str = "enforce") -> SaslRig:
     rig = await sasl_sidecar(sidecar_authorizer="acls", sidecar_authorizer_mode=mode)
     assert rig.sidecar.acls is not None
-    await rig.sidecar.acls.create(ALICE_ACLS)
+    await rig.sidecar.acls.create(alice_acls(group))
     return rig
 
 
 @pytest.mark.parametrize("client", sorted(FLOWS))
 async def test_alice_is_served_and_bob_refused(client: str, sasl_sidecar: StartSasl, tansu: TansuServer) -> None:
-    rig = await started(sasl_sidecar)
+    group = new_group()
+    rig = await started(sasl_sidecar, group)
     topic = await orders_topic(tansu)
     flow = FLOWS[client]
     with trio.fail_after(120):
-        alice = await trio.to_thread.run_sync(flow, rig.bootstrap, "alice", topic, GROUP)
-        bob = await trio.to_thread.run_sync(flow, rig.bootstrap, "bob", topic, GROUP)
+        alice = await trio.to_thread.run_sync(flow, rig.bootstrap, "alice", topic, group)
+        bob = await trio.to_thread.run_sync(flow, rig.bootstrap, "bob", topic, group)
     assert alice["delivery"] == [None] * len(RECORDS)
     assert alice["got"] == RECORDS and "consume_error" not in alice
     assert alice["listed"] is True
@@ -213,12 +232,13 @@ async def test_alice_is_served_and_bob_refused(client: str, sasl_sidecar: StartS
 
 async def test_bob_group_refused(sasl_sidecar: StartSasl, tansu: TansuServer) -> None:
     """With Read on the topic but not on the group, bob's group membership is refused."""
-    rig = await started(sasl_sidecar)
+    group = new_group()
+    rig = await started(sasl_sidecar, group)
     topic = await orders_topic(tansu)
     assert rig.sidecar.acls is not None
     await rig.sidecar.acls.create([acl(ResourceType.TOPIC, topic, Operation.READ, principal="User:bob")])
     with trio.fail_after(60):
-        bob = await trio.to_thread.run_sync(confluent_flow, rig.bootstrap, "bob", topic, GROUP)
+        bob = await trio.to_thread.run_sync(confluent_flow, rig.bootstrap, "bob", topic, group)
     assert bob["got"] == []
     assert bob["consume_error"] == GROUP_AUTHORIZATION_FAILED
     # FindCoordinator (Group Describe) is the first refusal a consumer meets, as with Kafka.
@@ -227,17 +247,18 @@ async def test_bob_group_refused(sasl_sidecar: StartSasl, tansu: TansuServer) ->
 
 
 async def test_deny_for_her_host_wins(sasl_sidecar: StartSasl, tansu: TansuServer) -> None:
-    rig = await started(sasl_sidecar)
+    group = new_group()
+    rig = await started(sasl_sidecar, group)
     topic = await orders_topic(tansu)
     assert rig.sidecar.acls is not None
     await rig.sidecar.acls.create([acl(ResourceType.TOPIC, topic, Operation.WRITE, host="127.0.0.1", deny=True)])
     with trio.fail_after(60):
-        alice = await trio.to_thread.run_sync(confluent_flow, rig.bootstrap, "alice", topic, GROUP)
+        alice = await trio.to_thread.run_sync(confluent_flow, rig.bootstrap, "alice", topic, group)
     assert alice["delivery"] == [TOPIC_AUTHORIZATION_FAILED] * len(RECORDS)
 
 
 async def test_shadow_mode_refuses_nothing_and_counts(sasl_sidecar: StartSasl, tansu: TansuServer) -> None:
-    rig = await started(sasl_sidecar, mode="shadow")
+    rig = await started(sasl_sidecar, new_group(), mode="shadow")
     topic = await orders_topic(tansu)
     with trio.fail_after(60):
         bob = await trio.to_thread.run_sync(confluent_flow, rig.bootstrap, "bob", topic, f"g-{topic}")
@@ -282,9 +303,13 @@ async def test_kip848_regex_resolves_to_what_the_member_may_describe(
         sasl_sidecar: StartSasl, tansu: TansuServer) -> None:
     """With the embedded coordinator, a regex matching a topic alice may not Describe assigns
     her only the others (Kafka 4.0's rule), instead of refusing regexes altogether."""
-    rig = await sasl_sidecar(sidecar_authorizer="acls", sidecar_coordinator="embedded")
+    group = new_group()
+    # Members heartbeat every 500 ms (the default is 5 s), so the assignment of the resolved
+    # regex reaches alice at once.
+    rig = await sasl_sidecar(sidecar_authorizer="acls", sidecar_coordinator="embedded",
+                             group_consumer_heartbeat_interval_ms="500")
     assert rig.sidecar.acls is not None
-    await rig.sidecar.acls.create(ALICE_ACLS)
+    await rig.sidecar.acls.create(alice_acls(group))
     visible = await orders_topic(tansu)
     hidden = await orders_topic(tansu)
     prefix = "orders-"
@@ -298,11 +323,11 @@ async def test_kip848_regex_resolves_to_what_the_member_may_describe(
 
         def subscribed() -> list[str]:
             # What the coordinator resolved the regex to (read from the test's thread: a peek).
-            return sorted(groups.core.ctx.groups[GROUP].subscription_metadata)  # type: ignore[union-attr]
+            return sorted(groups.core.ctx.groups[group].subscription_metadata)  # type: ignore[union-attr]
 
         seen = await trio.to_thread.run_sync(
             regex_consume, rig.bootstrap, "alice", f"^{prefix}({visible[len(prefix):]}|{hidden[len(prefix):]})$",
-            GROUP, len(RECORDS), subscribed)
+            group, len(RECORDS), subscribed)
     assert seen == {visible: len(RECORDS), "peek": [visible]}
 
 
