@@ -35,6 +35,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -425,10 +426,23 @@ def start_cluster(
         spark_home=spark_home, env=env,
     )
     try:
-        for n in range(1, workers + 1):
-            cluster.workers.append(_start_worker(
-                cluster, n, cores=cores, memory=memory, start_timeout=start_timeout,
-            ))
+        # The workers start side by side (each JVM boots and registers on its own); every one
+        # that started is kept, even when another failed or Ctrl-C came meanwhile, so that
+        # the cluster's stop below stops it.
+        failure: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
+            starting = [
+                pool.submit(_start_worker, cluster, n, cores=cores, memory=memory,
+                            start_timeout=start_timeout)
+                for n in range(1, workers + 1)
+            ]
+            for future in starting:
+                try:
+                    cluster.workers.append(future.result())
+                except BaseException as exc:  # raised below, once the others are in
+                    failure = failure or exc
+        if failure is not None:
+            raise failure
         alive = cluster.status()["aliveworkers"]
         if alive != workers:
             raise ComponentStartError(
