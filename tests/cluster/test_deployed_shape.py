@@ -3,10 +3,9 @@
 All real and separate: librdkafka's mock cluster (three brokers, ids 1-3, in a process of
 its own; librdkafka's test broker, not Apache Kafka: proxy/tools/rig/mockcluster.py says
 what it lacks), three ``ksidecar run`` processes (``broker.id`` i, ``sidecar.upstream`` =
-broker i, the embedded coordinator, ACLs), one ZooKeeper (the session's: no test here
-depends on a quorum; tests/fleet runs the ensemble), and real clients (confluent-kafka,
-kafka-python, aiokafka). One module fixture starts it all once; the tests use it in file
-order, and the ones that take a part down put it back.
+broker i, the embedded coordinator, ACLs), a three-server ZooKeeper ensemble, and real
+clients (confluent-kafka, kafka-python, aiokafka). Module fixtures start it all once; the
+tests use it in file order, and the ones that take a part down put it back.
 
 Every sidecar keeps each answer that can name a broker, as the client got it
 (tests/cluster/capture.py); the last test reads them all with kafka-python and finds no
@@ -46,7 +45,7 @@ from proxy.tools.rig.mockcluster import MockCluster, start_mock_cluster
 from proxy.tools.rig.ports import free_port
 from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
 from proxy.tools.rig.tansu import TansuServer
-from proxy.tools.rig.zookeeper import ZooKeeperServer
+from proxy.tools.rig.zookeeper import ZooKeeperEnsemble, start_ensemble
 from tests.cluster import capture
 from tests.faults.support import read_frame, request
 from tests.fleet.test_fleet import KafkaPythonMember, Member, find, groups_owned_by, wait_until
@@ -67,7 +66,7 @@ class Shape:
     """Brokers with a sidecar in front of each, sharing one ZooKeeper chroot."""
 
     work: Path
-    zookeeper: ZooKeeperServer
+    zookeeper: ZooKeeperEnsemble
     chroot: str
     upstreams: dict[int, str]
     ports: dict[int, int]
@@ -111,7 +110,7 @@ class Shape:
             server.stop()
 
 
-def new_chroot(zookeeper: ZooKeeperServer, name: str) -> str:
+def new_chroot(zookeeper: ZooKeeperEnsemble, name: str) -> str:
     chroot = f"/{name}-{uuid.uuid4().hex[:8]}"
     client = KazooClient(hosts=zookeeper.connect, timeout=10.0)
     client.start(timeout=10.0)
@@ -124,8 +123,19 @@ def new_chroot(zookeeper: ZooKeeperServer, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer) -> Iterator[Shape]:
+def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
+    """Three ZooKeeper servers, as a fleet of sidecars runs against."""
+    running = start_ensemble(tmp_path_factory.mktemp("ensemble"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, ensemble: ZooKeeperEnsemble) -> Iterator[Shape]:
     work = tmp_path_factory.mktemp("cluster")
+    zookeeper = ensemble
     with start_mock_cluster(len(IDS), log_dir=work) as mock:
         shape = Shape(work=work, zookeeper=zookeeper, chroot=new_chroot(zookeeper, "cluster"),
                       upstreams={n: f"{h}:{p}" for n, (h, p) in mock.brokers.items()},
@@ -142,9 +152,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperServer, tansu: TansuServer) -> Iterator[Shape]:
+def single(tmp_path_factory: pytest.TempPathFactory, ensemble: ZooKeeperEnsemble, tansu: TansuServer) -> Iterator[Shape]:
     """Tansu (one broker, node id 111) with one sidecar in front of it, as deployed."""
     work = tmp_path_factory.mktemp("single")
+    zookeeper = ensemble
     node = broker_ids(tansu.bootstrap)[0]
     shape = Shape(work=work, zookeeper=zookeeper, chroot=new_chroot(zookeeper, "single"),
                   upstreams={node: tansu.bootstrap}, ports={node: free_port()})
