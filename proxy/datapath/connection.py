@@ -308,7 +308,13 @@ class Connection:
         interruptible = self.client_wire.interruptible
         memory = self.parts.memory
         while not self._stop:
+            # Not reading while the client's answers back up: its frame's time stands still
+            # (socket.request.read.timeout.ms counts the client's slowness, not ours).
+            began, self.frame_began = self.frame_began, None
+            waited = trio.current_time() if began is not None else 0.0
             await self._wait_for_capacity()
+            if began is not None:
+                self.frame_began = began + (trio.current_time() - waited)
             if self._held == 0 and memory.full:
                 await memory.wait_for_room()  # queued.max.request.bytes: room for a small frame?
             if self._stop:
@@ -363,10 +369,11 @@ class Connection:
                     # grants a request its memory before reading it; a small frame may use
                     # the share kept for small frames). Every pump may already be in a read
                     # when the pool fills; this is where the ones that were not first wait.
+                    began, self.frame_began = self.frame_began, None  # waiting for memory is not the client's time
                     self._pool = await memory.reserve(wanted)
                     self._held = wanted
-                    if self.frame_began is not None:  # waiting for memory is not the client's time
-                        self.frame_began = max(self.frame_began, trio.current_time())
+                    if began is not None:
+                        self.frame_began = max(began, trio.current_time())
         # Draining: no more requests; let the writer finish what is in flight.
         self._reading = False
         self._wake_writer()

@@ -495,3 +495,28 @@ async def test_a_request_frame_that_does_not_arrive_in_time_closes_its_own_conne
         assert [cid for _, cid in broker.received] == [2] and memory.used == 0
         await waiting_client.aclose()
         nursery.cancel_scope.cancel()  # the sweeper runs forever
+
+
+async def test_a_frame_waiting_on_the_sidecars_backpressure_does_not_time_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The read timeout counts the client's time only: while the sidecar does not read
+    (its in-flight bound reached, the broker slow), the frame's clock stands still."""
+    broker = FakeBroker(hold=True)
+    sweeper = IdleSweeper(600.0, read_timeout=30.0)
+    got: list[tuple[float, int]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sweeper.run)
+        h = await build(nursery, broker=broker, settings=ConnectionSettings(max_in_flight=1), idle=sweeper)
+        nursery.start_soon(h.connection.run)
+        second = request(LIST_OFFSETS, 1, 2, b"x" * 100)
+        await h.client.send_all(request(LIST_OFFSETS, 1, 1) + second[:50])  # one read: 1, half of 2
+        await trio.sleep(40)  # the broker holds 1: the sidecar may not read on
+        await broker.answer(1)
+        await h.client.send_all(second[50:])
+        await trio.sleep(0.1)
+        await broker.answer(2)
+        await read_responses(h.client, 2, got)
+        assert [cid for _, cid in got] == [1, 2]  # served, not closed
+        await h.client.aclose()
+        nursery.cancel_scope.cancel()
