@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.metadata import MetadataResponse
 
@@ -24,8 +24,9 @@ from protocol.apis import DEFAULT_REGISTRY as R
 from protocol.apis import Api
 from protocol.schema import encode
 from proxy.config.keys import HostPort
-from proxy.datapath.rewrite import SITES, Rewriter, rewrites_by_splice
+from proxy.datapath.rewrite import Rewriter, rewrites_by_splice
 from tests.protocol.strategies import message_values
+from tests.proxy.test_rewrite_lenient import PER_VERSION, rewritten_versions
 
 
 class EvenBrokers:
@@ -35,17 +36,7 @@ class EvenBrokers:
         return HostPort(f"sidecar-{node_id}.example", 19092) if node_id % 2 == 0 else None
 
 
-def spliced_versions() -> list[tuple[Api, int]]:
-    out = []
-    for key in sorted(SITES):
-        api = R.api(key)
-        assert api.versions.hi is not None
-        out += [(api, v) for v in range(api.versions.lo, api.versions.hi + 1) if rewrites_by_splice(api, v)]
-    return out
-
-
-CASES = spliced_versions()
-PER_VERSION = settings(max_examples=max(25, settings.default.max_examples // 4))
+CASES = [(api, v) for api, v in rewritten_versions() if rewrites_by_splice(api, v)]
 
 
 def test_the_splice_covers_every_version_whose_brokers_are_one_array_field() -> None:
