@@ -83,6 +83,7 @@ SITES: dict[int, tuple[Site, ...]] = {
 
 _COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
+
 def _present(spec: MessageSpec, site: Site, version: int) -> bool:
     name = site.array if site.array is not None else site.id_field
     return any(f.name == name and f.present_in(version) for f in spec.fields)
@@ -98,9 +99,8 @@ class _Field:
     before: Steps
     #: Skips the field itself.
     steps: Steps
-    #: A one-field message holding just it (followed by an empty tag section when flexible).
+    #: A one-field message holding just it (:func:`_alone`).
     spec: MessageSpec
-    flexible: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +116,32 @@ class _Plan:
     field: _Field | None = None
 
 
-def _value_spec(response: MessageSpec, field: FieldSpec, version: int) -> MessageSpec:
-    """A one-field message whose body is a tagged field's value plus an empty tag section.
-
-    A tagged value is encoded as the field would be outside the tag section, so it can be
-    decoded on its own with the ordinary schema machinery: as the only (untagged) field
-    of a flexible message, followed by that message's own tag count (one zero byte).
-    """
-    plain = dataclasses.replace(field, tag=None, tagged=NO_VERSIONS)
+def _alone(response: MessageSpec, field: FieldSpec, version: int, flexible: bool) -> MessageSpec:
+    """A one-field message holding just ``field``, so that the field's bytes can be read and
+    written on their own with the ordinary schema machinery (:func:`_read_alone`)."""
     return MessageSpec(f"{response.name}.{field.name}", "data", None, Versions(version, version),
-                       Versions(version, None), (plain,))
+                       Versions(version, None) if flexible else NO_VERSIONS, (field,))
+
+
+def _value_spec(response: MessageSpec, field: FieldSpec, version: int) -> MessageSpec:
+    """The one-field message of a tagged field's value: a tagged value is encoded as the
+    field would be outside the tag section, so it is that field, untagged, in a flexible
+    message."""
+    return _alone(response, dataclasses.replace(field, tag=None, tagged=NO_VERSIONS), version, True)
+
+
+def _read_alone(spec: MessageSpec, version: int, raw: bytes | memoryview) -> Any:
+    """The value of the one field of ``spec`` from its bytes alone (a flexible message's
+    own empty tag section, one zero byte, is supplied)."""
+    flexible = spec.is_flexible(version)
+    return decode(spec, version, bytes(raw) + b"\x00" if flexible else raw)[spec.fields[0].name]
+
+
+def _write_alone(spec: MessageSpec, version: int, value: Any) -> bytes:
+    """The bytes of the one field of ``spec`` holding ``value`` (without the message's own
+    tag count)."""
+    encoded = encode(spec, version, {spec.fields[0].name: value})
+    return encoded[:-1] if spec.is_flexible(version) else encoded
 
 
 def _field_plan(response: MessageSpec, site: Site, version: int) -> _Field | None:
@@ -139,9 +155,8 @@ def _field_plan(response: MessageSpec, site: Site, version: int) -> _Field | Non
         if f.name == site.array:
             if not f.is_array:
                 return None
-            spec = MessageSpec(f"{response.name}.{f.name}", "data", None, Versions(version, version),
-                               Versions(version, None) if flexible else NO_VERSIONS, (f,))
-            return _Field(site, merge_fixed(before), plan_field(f, version, flexible), spec, flexible)
+            return _Field(site, merge_fixed(before), plan_field(f, version, flexible),
+                          _alone(response, f, version, flexible))
         before.extend(plan_field(f, version, flexible))
     return None
 
@@ -257,18 +272,13 @@ class Rewriter:
         end = len(view)
         start = walk(field.before, view, 0, end)
         stop = walk(field.steps, view, start, end)
-        name = field.site.array
-        assert name is not None
-        raw = view[start:stop]
-        entries = decode(field.spec, version, bytes(raw) + b"\x00" if field.flexible else raw)[name]
+        entries = _read_alone(field.spec, version, view[start:stop])
         if not entries:
             return None
         kept, rewritten, unmapped = self._entries(api, entries, field.site)
         if not rewritten and not unmapped:
             return None
-        encoded = encode(field.spec, version, {name: kept})
-        if field.flexible:
-            encoded = encoded[:-1]  # the one-field message's own tag count
+        encoded = _write_alone(field.spec, version, kept)
         return RewriteResult(b"".join((view[:start], encoded, view[stop:])), rewritten, unmapped)
 
     def _rewrite_tags(
@@ -340,13 +350,12 @@ class Rewriter:
             raw = view[where[0] : where[1]]
             if len(raw) == 1 and raw[0] == 1:  # a compact array of no entries: names no broker
                 continue
-            name = spec.fields[0].name
-            entries = decode(spec, version, bytes(raw) + b"\x00")[name]
+            entries = _read_alone(spec, version, raw)
             if not entries:
                 continue
             kept, r, u = self._entries(api, entries, site)
             rewritten, unmapped = rewritten + r, unmapped + u
-            values[tag] = encode(spec, version, {name: kept})[:-1]  # without its tag count
+            values[tag] = _write_alone(spec, version, kept)
         if not rewritten and not unmapped:
             return None
         entries = [(tag, values.get(tag, view[start:end])) for tag, (start, end) in tags.items()]
