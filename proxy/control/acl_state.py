@@ -25,7 +25,6 @@ from proxy.control.zk import ZooKeeper
 log = logging.getLogger(__name__)
 
 
-
 class AclState:
     """The sidecar's ACLs and the authorizer over them."""
 

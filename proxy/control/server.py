@@ -134,9 +134,9 @@ class Sidecar:
         #: KIP-584 features (with ZooKeeper: ``/feature`` is shared by the fleet), else ``None``;
         #: built below, once the coordinator is (observers read it only once serving).
         self.features: FeatureState | None = None
-        #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
         #: Topic id → name for the ACLs and the observers (asked of the broker on demand).
         self.topics = TopicDirectory(self.upstream.topics)
+        #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
         self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id,
                                   self.feature_level, self.topics.lookup_blocking)
         #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.

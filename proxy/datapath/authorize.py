@@ -30,7 +30,7 @@ from protocol.schema import encode
 from proxy.auth.acl.enforce import PASS, Action, Enforcer, Forward
 from proxy.auth.acl.evaluate import RequestFacts
 from proxy.auth.acl.requests import checks_for
-from proxy.datapath.rewrite import rewrites_version
+from proxy.datapath.rewrite import reads_to_end
 from proxy.local.api import Context
 from proxy.local.ports import AclDirectory
 
@@ -111,9 +111,9 @@ class Authorization:
 
     def patched(self, patch: Patch, api_key: int, version: int, body: bytes | memoryview) -> bytes:
         """A response body (after its header) with ``patch`` applied, re-encoded; bytes
-        after the body follow unchanged (reported unless the rewriter read them first)."""
+        after the body follow unchanged (reported unless the rewriter read to them first)."""
         api = self.registry.api(api_key)
-        leniency = QUIET if rewrites_version(api, version) else self.leniency
+        leniency = QUIET if reads_to_end(api, version) else self.leniency
         value, trailing = leniency.response(api, version, body)
         return encode(api.response, version, patch(dict(value))) + trailing
 

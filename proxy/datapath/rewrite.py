@@ -188,10 +188,11 @@ def rewrites_version(api: Api, version: int) -> bool:
     return bool(_plan(api, version).sites)
 
 
-def rewrites_by_splice(api: Api, version: int) -> bool:
-    """True when a response of ``api`` at ``version`` is rewritten by splicing one array
-    field: what follows that field is never read (nor bytes after the body noticed)."""
-    return _plan(api, version).field is not None
+def reads_to_end(api: Api, version: int) -> bool:
+    """True when the rewrite of a response of ``api`` at ``version`` reads it to the end
+    of its body, and so reports the bytes after it (a splice does not)."""
+    plan = _plan(api, version)
+    return bool(plan.sites) and plan.field is None
 
 
 def rewrites_tags_only(api: Api, version: int) -> bool:

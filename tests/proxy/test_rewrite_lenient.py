@@ -35,7 +35,7 @@ from proxy.datapath.rewrite import (
     SITES,
     Rewriter,
     RewriteResult,
-    rewrites_by_splice,
+    reads_to_end,
     rewrites_tags_only,
     rewrites_version,
 )
@@ -76,7 +76,7 @@ def test_bytes_after_the_body_follow_the_rewritten_body_unchanged(
 ) -> None:
     body = encode(api.response, version, data.draw(message_values(api.response, version)))
     assert_the_extra_bytes_follow(api, extra, lambda rewriter, tail: rewriter.rewrite(api, version, body + tail),
-                                  read_to_end=not rewrites_by_splice(api, version))
+                                  read_to_end=reads_to_end(api, version))
 
 
 STREAMED = [(api, v) for api, v in CASES if rewrites_tags_only(api, v)]
@@ -219,7 +219,7 @@ async def test_through_a_connection_the_client_reads_the_rewritten_body_and_the_
         assert frame[:5] == struct.pack(">i", 1) + b"\x00" and frame.endswith(EXTRA)
         decoded = reader[version].decode(frame[5:]).to_dict()  # kafka-python reads past EXTRA
         assert where(decoded) == expected
-        spliced = rewrites_by_splice(api, version)  # Metadata, FindCoordinator v4, DescribeCluster
+        spliced = not reads_to_end(api, version)  # Metadata, FindCoordinator v4, DescribeCluster
         assert lenient == ([] if spliced else [(api.name, RESPONSE, TRAILING_BYTES, len(EXTRA))])
         streamed = h.metrics.registry.get_sample_value("ksidecar_streamed_responses_total", {"api": api.name})
         assert bool(streamed) is (name == "Fetch-streamed")
@@ -268,8 +268,8 @@ async def receive_exactly(stream: trio.abc.Stream, n: int) -> bytes:
 
 def test_an_acl_patched_response_keeps_the_bytes_after_its_body() -> None:
     """A listing filtered by the ACLs is re-encoded; what followed the broker's body still
-    follows. Reported by the patcher for an API the rewriter does not read (ListGroups),
-    not a second time for one it does (Metadata)."""
+    follows. Reported by the patcher where the rewriter did not read to the body's end
+    (ListGroups, Metadata), not a second time where it did (Produce)."""
     from prometheus_client import CollectorRegistry
 
     from proxy.datapath.authorize import Authorization
@@ -291,4 +291,8 @@ def test_an_acl_patched_response_keeps_the_bytes_after_its_body() -> None:
     assert reported == [("ListGroups", RESPONSE, TRAILING_BYTES, 2)]
     metadata = encode(R.api(3).response, 12, metadata_v12([(1, "10.9.8.7", 9092)]))
     assert authorization.patched(lambda a: a, 3, 12, metadata + b"\x00") == metadata + b"\x00"
-    assert len(reported) == 1  # the rewriter counted Metadata's byte before the patch
+    # The rewriter splices Metadata after its brokers and leaves the byte unread: counted here.
+    assert reported[1:] == [("Metadata", RESPONSE, TRAILING_BYTES, 1)]
+    produced = encode(R.api(0).response, 10, {"Responses": [PRODUCED], "ThrottleTimeMs": 0, "NodeEndpoints": []})
+    assert authorization.patched(lambda a: a, 0, 10, produced + b"\x00") == produced + b"\x00"
+    assert len(reported) == 2  # the rewriter reads Produce to its end and counted the byte first
