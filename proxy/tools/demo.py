@@ -279,18 +279,23 @@ def group_offsets(zookeeper: ZooKeeperServer, group: str, topic: str) -> dict[in
 def _print_sidecar_counts(sidecar: SidecarServer, which: str = "") -> None:
     """Print what the sidecar counted, from its /metrics, before it is stopped."""
     try:
-        families = text_string_to_metric_families(sidecar.scrape())
+        totals = request_counts(sidecar)
     except OSError as exc:
         print(f"  (could not scrape the sidecar: {exc})")
         return
-    totals: dict[str, float] = {}
-    for family in families:
+    lines = ", ".join(f"{api}/{outcome} {n}" for (api, outcome), n in sorted(totals.items()))
+    print(f"  sidecar{which} counted requests: {lines}", flush=True)
+
+
+def request_counts(sidecar: SidecarServer) -> dict[tuple[str, str], int]:
+    """The sidecar's ``ksidecar_requests_total`` by (API, outcome), versions summed."""
+    totals: dict[tuple[str, str], int] = {}
+    for family in text_string_to_metric_families(sidecar.scrape()):
         for sample in family.samples:
             if sample.name == "ksidecar_requests_total":
-                key = f"{sample.labels['api']}/{sample.labels['outcome']}"
-                totals[key] = totals.get(key, 0) + sample.value
-    lines = ", ".join(f"{k} {int(v)}" for k, v in sorted(totals.items()))
-    print(f"  sidecar{which} counted requests: {lines}", flush=True)
+                key = (sample.labels["api"], sample.labels["outcome"])
+                totals[key] = totals.get(key, 0) + int(sample.value)
+    return totals
 
 
 DEMO_IP = "127.0.0.99"
@@ -518,13 +523,7 @@ def await_topics(bootstrap: str, topics: dict[str, int], timeout: float = 15.0) 
 
 def forwarded_by_api(sidecar: SidecarServer) -> dict[str, int]:
     """Requests the sidecar forwarded to its broker, by API (from its /metrics)."""
-    totals: dict[str, int] = {}
-    for family in text_string_to_metric_families(sidecar.scrape()):
-        for sample in family.samples:
-            if sample.name == "ksidecar_requests_total" and sample.labels["outcome"] == "forwarded":
-                api = sample.labels["api"]
-                totals[api] = totals.get(api, 0) + int(sample.value)
-    return dict(sorted(totals.items()))
+    return {api: n for (api, outcome), n in sorted(request_counts(sidecar).items()) if outcome == "forwarded"}
 
 
 def owned_groups(zookeeper: ZooKeeperServer) -> dict[int, tuple[str, ...]]:
