@@ -40,7 +40,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 LIBRARY_ENV = "KSIDECAR_LIBRDKAFKA"
@@ -455,22 +454,24 @@ class _ControlServer(socketserver.ThreadingTCPServer):
         super().__init__(address, _ControlHandler)
 
 
-class _Terminated(Exception):
-    pass
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise _Terminated
+_SHUTDOWN_POLL = 0.05
+"""How often the control server looks whether it should stop, in seconds."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Start the cluster, serve the control API until SIGTERM, destroy the cluster."""
+    """Start the cluster, serve the control API until SIGTERM, destroy the cluster.
+
+    SIGTERM is blocked in every thread (librdkafka's included, which inherit the mask) and
+    taken by `signal.sigwait` here, so it never interrupts the server. A handler that raised
+    could land while socketserver starts a request's thread, and socketserver reports and
+    swallows every exception there: the launcher would then serve on and be killed.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--control-port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1", help="the control API's address")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         path = find_librdkafka()
         runtime = MockClusterRuntime(load_librdkafka(path), args.brokers)
@@ -482,10 +483,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mockcluster: librdkafka {info['librdkafka']} from {path}", flush=True)
         print(f"mockcluster: {args.brokers} brokers at {runtime.bootstraps}", flush=True)
         with _ControlServer((args.host, args.control_port), operations(runtime)) as server:
+            serving = threading.Thread(
+                target=server.serve_forever, args=(_SHUTDOWN_POLL,), name="mockcluster-control"
+            )
+            serving.start()
             print(f"mockcluster: control API on {args.host}:{args.control_port}", flush=True)
-            server.serve_forever()
-    except _Terminated:
-        print("mockcluster: SIGTERM, stopping", flush=True)
+            signal.sigwait({signal.SIGTERM})
+            print("mockcluster: SIGTERM, stopping", flush=True)
+            server.shutdown()
+            serving.join()
     except OSError as exc:  # the control port is taken
         print(f"mockcluster: {exc}", file=sys.stderr, flush=True)
         return 2
