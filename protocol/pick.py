@@ -10,9 +10,12 @@ length read).
 
 A selection maps field names to ``None`` (a value: integer, float, string, UUID, or the
 ``(start, end)`` span of a bytes or records field) or to a nested selection (an array
-of structs: a list with one tuple per element). :meth:`Picker.pick` returns a tuple with
-one value per selected field, in the order the spec declares them; a selected field the
-version does not carry reads as its default, as in :class:`~protocol.views.StructView`.
+of structs: a list with one tuple per element; an empty selection gives one empty tuple
+per element, so the array's length). :meth:`Picker.pick` returns a tuple with one value
+per selected field, in the order the spec declares them; a selected field the version
+does not carry reads as its default, as in :class:`~protocol.views.StructView`. The key
+:data:`EXTENT` in a selection adds, last, the ``(start, end)`` span of the struct itself
+(a caller that splices elements of an array keeps or drops them by it).
 
 The whole message is walked, so a picker accepts what :mod:`protocol.scan` accepts: all
 that :func:`protocol.schema.decode` accepts (with ``allow_trailing``), and what it
@@ -34,8 +37,10 @@ from typing import Any, Final
 
 from protocol.errors import InvalidValue, ProtocolError, Truncated, UnsupportedVersion
 from protocol.scan import (
+    ARRAY,
     BLOB,
     FIXED,
+    NULLABLE,
     TAGS,
     Step,
     Steps,
@@ -69,6 +74,11 @@ UUID: Final = 13  # (UUID,)
 SPAN: Final = 14  # (SPAN, compact, nullable): bytes or records, as (start, end)
 STRUCTS: Final = 15  # (STRUCTS, compact, nullable, element program)
 CONST: Final = 16  # (CONST, value): a selected field the version does not carry
+MARK: Final = 17  # (MARK,): the struct starts here (a selection with EXTENT)
+EXTENT_END: Final = 18  # (EXTENT_END,): the struct ends here: its (start, end)
+
+#: The selection key that picks the ``(start, end)`` span of the struct it is in.
+EXTENT: Final = "<extent>"
 
 
 class Unpickable(ValueError):
@@ -106,6 +116,8 @@ def _program(
     if flexible:
         skipped.append((TAGS,))
     flush()
+    if EXTENT in selection:
+        return ((MARK,), *program, (EXTENT_END,))
     return tuple(program)
 
 
@@ -132,6 +144,8 @@ def _picked(f: FieldSpec, inner: Selection | None, version: int, flexible: bool)
 def _check(selection: Selection, fields: tuple[FieldSpec, ...], where: str) -> None:
     by_name = {f.name: f for f in fields}
     for name, inner in selection.items():
+        if name == EXTENT and inner is None:
+            continue
         f = by_name.get(name)
         if f is None:
             raise KeyError(f"{where} has no field {name!r}")
@@ -197,9 +211,14 @@ class Picker:
 
 
 def _run(program: Steps, buf: memoryview, pos: int, end: int, out: list[Any]) -> int:
+    mark = pos
     for step in program:
         op = step[0]
-        if op == SKIP:
+        if op == MARK:
+            mark = pos
+        elif op == EXTENT_END:
+            out.append((mark, pos))
+        elif op == SKIP:
             pos = walk(step[1], buf, pos, end)
         elif op == NUMBER:
             number: struct.Struct = step[1]
@@ -285,9 +304,9 @@ class _Source:
 
 def compile_program(program: Steps, name: str) -> Compiled:
     """``program`` as straight-line Python: fixed fields read with ``struct``, one-byte
-    varints and empty tag sections inline, everything else through :func:`walk` and
-    :func:`length`. It checks bounds only where a value would otherwise be wrong (the end
-    is checked last: positions only grow, and reads past the buffer raise), and raises
+    varints, empty tag sections, skipped arrays and nullable structs inline; longer
+    varints and tag sections with tags through :func:`length` and :func:`skip_tags`. It
+    checks bounds only where a value would otherwise be wrong (the end is checked last: positions only grow, and reads past the buffer raise), and raises
     on nulls and bad lengths rather than judging them: the interpreter (:func:`_run`)
     stays the one reference for errors."""
     src = _Source()
@@ -303,9 +322,11 @@ def compile_program(program: Steps, name: str) -> Compiled:
     return compiled
 
 
-def _emit_length(src: _Source, depth: int, compact: bool, wide: bool) -> None:
-    """Lines that read a length prefix into ``n``."""
-    if compact:
+def _emit_length(src: _Source, depth: int, compact: bool, wide: bool, *, fast: bool = True) -> None:
+    """Lines that read a length prefix into ``n`` (``fast``: a one-byte varint inline)."""
+    if compact and not fast:
+        src.emit(depth, "n, pos = length(buf, pos, end, True, False)")
+    elif compact:
         src.emit(depth, "n = buf[pos]", "if n < 128:", "    n -= 1", "    pos += 1", "else:",
                  "    n, pos = length(buf, pos, end, True, False)")  # fmt: skip
     else:
@@ -324,6 +345,8 @@ def _emit_null(src: _Source, depth: int, target: str, nullable: bool) -> None:
 
 
 def _emit_skip(src: _Source, steps: Steps, depth: int) -> None:
+    """Lines that skip ``steps``, arrays and nullable structs included (only a tag section
+    with tags in it, and a varint longer than a byte, are left to :mod:`protocol.scan`)."""
     for step in steps:
         op = step[0]
         if op == FIXED:
@@ -332,20 +355,48 @@ def _emit_skip(src: _Source, steps: Steps, depth: int) -> None:
             src.emit(depth, "if buf[pos]:", "    pos = skip_tags(buf, pos, end)", "else:",
                      "    pos += 1")  # fmt: skip
         elif op == BLOB:
-            _emit_length(src, depth, step[1], step[2])
-            src.emit(depth, "if n > 0:", "    pos += n", "elif n < 0 and (n != -1 or not "
-                     f"{step[3]}):", "    raise Slow")  # fmt: skip
-        else:  # arrays and nullable structs: the scanner's walk
-            src.emit(depth, f"pos = walk({src.constant((step,))}, buf, pos, end)")
+            inner = depth
+            if step[1]:  # compact, and 0-126 bytes long: the count is one byte, the move one add
+                src.emit(depth, "n = buf[pos]", "if 0 < n < 128:", "    pos += n", "else:")
+                inner += 1
+            _emit_length(src, inner, step[1], step[2], fast=False)
+            bad = "n < -1" if step[3] else "n < 0"
+            src.emit(inner, "if n > 0:", "    pos += n", f"elif {bad}:", "    raise Slow")
+        elif op == ARRAY:
+            inner = depth
+            size: int = step[3]
+            if step[1] and size >= 0:  # compact, fixed-size elements, fewer than 127 of them
+                src.emit(depth, "n = buf[pos]", "if 0 < n < 128:", f"    pos += n * {size} + {1 - size}",
+                         "else:")  # fmt: skip
+                inner += 1
+            _emit_length(src, inner, step[1], True, fast=inner == depth)
+            src.emit(inner, "if n < 0:")  # null, where the array may be null: nothing to skip
+            src.emit(inner + 1, *(("if n < -1:", "    raise Slow") if step[2] else ("raise Slow",)))
+            if size >= 0:  # fixed-size elements: one move
+                src.emit(inner, "else:", f"    pos += n * {size}")
+            else:
+                count = src.name("c")
+                src.emit(depth, "elif n > end - pos:", "    raise Slow", "else:",
+                         f"    for {count} in range(n):")  # fmt: skip
+                _emit_skip(src, step[4], depth + 2)
+        else:
+            assert op == NULLABLE, op
+            src.emit(depth, "pos += 1", "if buf[pos - 1] < 128:")
+            _emit_skip(src, step[1], depth + 1)
 
 
 def _emit_struct(src: _Source, program: Steps, depth: int) -> list[str]:
     """Lines reading one struct; returns the names of the variables holding its values."""
     values: list[str] = []
+    mark = ""
     for step in program:
         op = step[0]
         if op == SKIP:
             _emit_skip(src, step[1], depth)
+            continue
+        if op == MARK:
+            mark = src.name("m")
+            src.emit(depth, f"{mark} = pos")
             continue
         target = src.name("v")
         values.append(target)
@@ -368,6 +419,8 @@ def _emit_struct(src: _Source, program: Steps, depth: int) -> list[str]:
                      f"    {target} = []", "    for _ in range(n):")  # fmt: skip
             inner = _emit_struct(src, step[3], depth + 2)
             src.emit(depth + 2, f"{target}.append(({''.join(v + ', ' for v in inner)}))")
+        elif op == EXTENT_END:
+            src.emit(depth, f"{target} = ({mark}, pos)")
         else:
             src.emit(depth, f"{target} = {src.constant(step[1])}")
     return values

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from protocol.apis import DEFAULT_REGISTRY
 from protocol.errors import DecodeError, InvalidValue, ProtocolError, Truncated, UnsupportedVersion
 from protocol.messages import HEADERS
-from protocol.pick import Picker, Selection, Unpickable
+from protocol.pick import EXTENT, Picker, Selection, Unpickable
 from protocol.schema import decode, encode, field_default
 from protocol.spec import FieldSpec, MessageSpec
 from tests.protocol.strategies import all_schemas, message_values
@@ -164,6 +164,70 @@ def test_picks_every_pickable_field(spec: MessageSpec, version: int, data: st.Da
         spec.fields, selection, version, value
     )
     same_three_ways(picker, version, wire, picked)
+
+
+def _struct_arrays(spec: MessageSpec, version: int) -> list[FieldSpec]:
+    """The top-level arrays of structs of ``spec`` at ``version`` (not tagged)."""
+    return [f for f in spec.fields
+            if f.present_in(version) and not f.tagged_in(version) and f.is_array and f.is_struct]  # fmt: skip
+
+
+WITH_ARRAYS = [p for p in ALL if _struct_arrays(*p.values)]
+
+
+@pytest.mark.parametrize(("spec", "version"), WITH_ARRAYS[::6])
+@settings(max_examples=max(3, EXAMPLES // 4))
+@given(data=st.data())
+def test_extents_splice_out_elements_and_empty_selections_count(
+    spec: MessageSpec, version: int, data: st.DataObject
+) -> None:
+    """Cutting element i's extent out of the wire and lowering the count gives what the
+    encoder writes for the message without element i; an empty selection counts."""
+    field = data.draw(st.sampled_from(_struct_arrays(spec, version)))
+    value = data.draw(message_values(spec, version))
+    items = value[field.name]
+    wire = encode(spec, version, value)
+    picker = Picker(spec, {field.name: {EXTENT: None}})
+    (extents,) = picker.pick(version, wire)
+    same_three_ways(picker, version, wire, (extents,))
+    (counted,) = Picker(spec, {field.name: {}}).pick(version, wire)
+    if items is None:
+        assert extents is None and counted is None
+        return
+    assert counted == [()] * len(items)
+    assert [e for (e,) in extents] == sorted(e for (e,) in extents)
+    if not items:
+        return
+    compact = spec.is_flexible(version) if field.flexible is None else version in field.flexible
+
+    def count(n: int) -> bytes:
+        if not compact:
+            return struct.pack(">i", n)
+        n, out = n + 1, b""  # unsigned LEB128, by hand
+        while n >= 0x80:
+            out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+        return out + bytes([n])
+
+    first = extents[0][0][0]
+    start = first - len(count(len(items)))
+    i = data.draw(st.integers(0, len(items) - 1))
+    (cut,) = extents[i]
+    spliced = wire[:start] + count(len(items) - 1) + wire[first : cut[0]] + wire[cut[1] :]
+    shorter = dict(value)
+    shorter[field.name] = [item for j, item in enumerate(items) if j != i]
+    assert spliced == encode(spec, version, shorter)
+
+
+def test_extent_by_hand() -> None:
+    # ProduceRequest v3: two topics, the second with no partitions.
+    one = struct.pack(">h", 2) + b"t1" + struct.pack(">i", 1) + struct.pack(">i", 7) + struct.pack(">i", 1) + b"R"
+    two = struct.pack(">h", 2) + b"t2" + struct.pack(">i", 0)
+    wire = produce_v3(struct.pack(">i", 2) + one + two)
+    first = len(wire) - len(one) - len(two)
+    picker = Picker(PRODUCE.request, {"TopicData": {"Name": None, EXTENT: None, "PartitionData": {}}})
+    assert picker.pick(3, wire) == ([("t1", [()], (first, first + len(one))),
+                                     ("t2", [], (first + len(one), len(wire)))],)  # fmt: skip
+    assert picker.interpret(3, wire) == picker.compiled(3)(memoryview(wire), 0, len(wire))
 
 
 # -- arbitrary bytes -------------------------------------------------------------------
