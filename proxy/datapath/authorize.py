@@ -30,6 +30,7 @@ from protocol.schema import encode
 from proxy.auth.acl.enforce import PASS, Action, Enforcer, Forward
 from proxy.auth.acl.evaluate import RequestFacts
 from proxy.auth.acl.requests import checks_for
+from proxy.datapath.listing import ListingSplice
 from proxy.datapath.rewrite import reads_to_end
 from proxy.local.api import Context
 from proxy.local.ports import AclDirectory
@@ -67,6 +68,7 @@ class Authorization:
         self.mode = "shadow" if shadow else "enforce"
         self._enforcers: dict[tuple[int, int], Enforcer] = {}
         self._by_id: dict[tuple[int, int], bool] = {}
+        self._listings: dict[int, ListingSplice] = {}
         self._logged: dict[tuple[str, str, str, str], float] = {}
         self.denials = Counter(
             "ksidecar_authorization_denials", "Resources refused by the ACLs (in shadow mode: that would be), "
@@ -111,7 +113,16 @@ class Authorization:
 
     def patched(self, patch: Patch, api_key: int, version: int, body: bytes | memoryview) -> bytes:
         """A response body (after its header) with ``patch`` applied, re-encoded; bytes
-        after the body follow unchanged (reported unless the rewriter read to them first)."""
+        after the body follow unchanged (reported unless the rewriter read to them first).
+
+        A Metadata answer is patched in its topics alone, as byte slices
+        (:mod:`proxy.datapath.listing`): its cost is in the topics, not the partitions.
+        """
+        if api_key == METADATA:
+            splice = self._listings.get(version)
+            if splice is None:
+                splice = self._listings[version] = ListingSplice(self.registry.api(METADATA), version, "Topics")
+            return splice.apply(patch, body, self.leniency)
         api = self.registry.api(api_key)
         leniency = QUIET if reads_to_end(api, version) else self.leniency
         value, trailing = leniency.response(api, version, body)

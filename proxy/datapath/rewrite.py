@@ -99,7 +99,7 @@ class _Field:
     before: Steps
     #: Skips the field itself.
     steps: Steps
-    #: A one-field message holding just it (:func:`_alone`).
+    #: A one-field message holding just it (:func:`field_alone`).
     spec: MessageSpec
 
 
@@ -116,9 +116,9 @@ class _Plan:
     field: _Field | None = None
 
 
-def _alone(response: MessageSpec, field: FieldSpec, version: int, flexible: bool) -> MessageSpec:
+def field_alone(response: MessageSpec, field: FieldSpec, version: int, flexible: bool) -> MessageSpec:
     """A one-field message holding just ``field``, so that the field's bytes can be read and
-    written on their own with the ordinary schema machinery (:func:`_read_alone`)."""
+    written on their own with the ordinary schema machinery (:func:`read_alone`)."""
     return MessageSpec(f"{response.name}.{field.name}", "data", None, Versions(version, version),
                        Versions(version, None) if flexible else NO_VERSIONS, (field,))
 
@@ -127,17 +127,17 @@ def _value_spec(response: MessageSpec, field: FieldSpec, version: int) -> Messag
     """The one-field message of a tagged field's value: a tagged value is encoded as the
     field would be outside the tag section, so it is that field, untagged, in a flexible
     message."""
-    return _alone(response, dataclasses.replace(field, tag=None, tagged=NO_VERSIONS), version, True)
+    return field_alone(response, dataclasses.replace(field, tag=None, tagged=NO_VERSIONS), version, True)
 
 
-def _read_alone(spec: MessageSpec, version: int, raw: bytes | memoryview) -> Any:
+def read_alone(spec: MessageSpec, version: int, raw: bytes | memoryview) -> Any:
     """The value of the one field of ``spec`` from its bytes alone (a flexible message's
     own empty tag section, one zero byte, is supplied)."""
     flexible = spec.is_flexible(version)
     return decode(spec, version, bytes(raw) + b"\x00" if flexible else raw)[spec.fields[0].name]
 
 
-def _write_alone(spec: MessageSpec, version: int, value: Any) -> bytes:
+def write_alone(spec: MessageSpec, version: int, value: Any) -> bytes:
     """The bytes of the one field of ``spec`` holding ``value`` (without the message's own
     tag count)."""
     encoded = encode(spec, version, {spec.fields[0].name: value})
@@ -156,7 +156,7 @@ def _field_plan(response: MessageSpec, site: Site, version: int) -> _Field | Non
             if not f.is_array:
                 return None
             return _Field(site, merge_fixed(before), plan_field(f, version, flexible),
-                          _alone(response, f, version, flexible))
+                          field_alone(response, f, version, flexible))
         before.extend(plan_field(f, version, flexible))
     return None
 
@@ -273,13 +273,13 @@ class Rewriter:
         end = len(view)
         start = walk(field.before, view, 0, end)
         stop = walk(field.steps, view, start, end)
-        entries = _read_alone(field.spec, version, view[start:stop])
+        entries = read_alone(field.spec, version, view[start:stop])
         if not entries:
             return None
         kept, rewritten, unmapped = self._entries(api, entries, field.site)
         if not rewritten and not unmapped:
             return None
-        encoded = _write_alone(field.spec, version, kept)
+        encoded = write_alone(field.spec, version, kept)
         return RewriteResult(b"".join((view[:start], encoded, view[stop:])), rewritten, unmapped)
 
     def _rewrite_tags(
@@ -351,12 +351,12 @@ class Rewriter:
             raw = view[where[0] : where[1]]
             if len(raw) == 1 and raw[0] == 1:  # a compact array of no entries: names no broker
                 continue
-            entries = _read_alone(spec, version, raw)
+            entries = read_alone(spec, version, raw)
             if not entries:
                 continue
             kept, r, u = self._entries(api, entries, site)
             rewritten, unmapped = rewritten + r, unmapped + u
-            values[tag] = _write_alone(spec, version, kept)
+            values[tag] = write_alone(spec, version, kept)
         if not rewritten and not unmapped:
             return None
         entries = [(tag, values.get(tag, view[start:end])) for tag, (start, end) in tags.items()]
