@@ -23,7 +23,7 @@ Theory of operation (Kafka's ``GroupMetadataManager``, consumer half):
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from uuid import UUID
 
@@ -352,8 +352,20 @@ class ConsumerProtocol:
 
     def update_topics(self, topics: TopicsSnapshot, now: int) -> None:
         """New topic metadata: bump the epoch of every group whose subscribed topics changed."""
+        self.recheck_topics(self.install_topics(topics), now)
+
+    def install_topics(self, topics: TopicsSnapshot) -> list[str]:
+        """New topic metadata, not yet applied: the groups :meth:`recheck_topics` must see
+        (groups that join or change their subscription meanwhile see it at once)."""
+        topics.inherit(self.topics)
         self.topics = topics
-        for group in list(self.ctx.groups.values()):
+        return [g.group_id for g in self.ctx.groups.values() if isinstance(g, ConsumerGroup) and g.members]
+
+    def recheck_topics(self, group_ids: Iterable[str], now: int) -> None:
+        """Bump the epoch of each of these groups whose subscribed topics changed in the
+        installed metadata (a group gone meanwhile is skipped)."""
+        for group_id in group_ids:
+            group = self.ctx.groups.get(group_id)
             if isinstance(group, ConsumerGroup) and group.members and self._maybe_bump(group, force=False, now=now):
                 self._persist(group, now)
 

@@ -241,6 +241,16 @@ class GroupCoordinator:
         self.consumer.update_topics(topics, now)
         return self.ctx.outbox.drain()
 
+    def install_topics(self, topics: TopicsSnapshot) -> list[str]:
+        """:meth:`update_topics` in slices: install the metadata, and get the groups to pass
+        to :meth:`recheck_topics` (a shell that must not stall does a few at a time)."""
+        return self.consumer.install_topics(topics)
+
+    def recheck_topics(self, group_ids: Iterable[str], now: int) -> Step[Response]:
+        """Rebalance those of ``group_ids`` whose topics changed in the installed metadata."""
+        self.consumer.recheck_topics(group_ids, now)
+        return self.ctx.outbox.drain()
+
     def wanted_topics(self) -> tuple[set[str], bool]:
         """What the shell's Metadata refresh must cover for KIP-848 groups: the topic names
         members subscribe to, and whether some member subscribes by regex (then: all topics)."""

@@ -35,11 +35,24 @@ class TopicsSnapshot:
 
     by_name: Mapping[str, TopicInfo] = field(default_factory=dict)
     by_id: Mapping[UUID, TopicInfo] = field(default_factory=dict)
+    #: What each regex matched in this snapshot (:meth:`matching`): groups that subscribe
+    #: with the same regex share one pass over the topics, and the next snapshot starts
+    #: from it (:meth:`inherit`).
+    _matched: dict[str, tuple[re.Pattern[str], frozenset[str]]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, topics: Iterable[TopicInfo]) -> TopicsSnapshot:
-        """A snapshot of ``topics``."""
+    def of(cls, topics: Iterable[TopicInfo], previous: TopicsSnapshot | None = None) -> TopicsSnapshot:
+        """A snapshot of ``topics``; a topic ``previous`` holds unchanged is its object there.
+
+        A refresh of 5,000 unchanged topics then leaves no new long-lived objects behind
+        (the new ones die young), and does not drive the garbage collector into full
+        collections, which pause every connection of the sidecar.
+        """
         listed = list(topics)
+        if previous is not None:
+            known = previous.by_name
+            listed = [old if (old := known.get(t.name)) == t else t for t in listed]
         return cls({t.name: t for t in listed}, {t.topic_id: t for t in listed})
 
     def name_of(self, topic_id: UUID) -> str | None:
@@ -49,7 +62,26 @@ class TopicsSnapshot:
 
     def matching(self, pattern: re.Pattern[str]) -> set[str]:
         """Non-internal topic names the whole of which ``pattern`` matches (RE2J ``matches``)."""
-        return {n for n in self.by_name if n not in INTERNAL_TOPICS and pattern.fullmatch(n)}
+        memo = self._matched.get(pattern.pattern)
+        if memo is None:
+            fullmatch = pattern.fullmatch
+            memo = self._matched[pattern.pattern] = (pattern, frozenset(
+                n for n in self.by_name if n not in INTERNAL_TOPICS and fullmatch(n)))
+        return set(memo[1])
+
+    def inherit(self, previous: TopicsSnapshot) -> None:
+        """Start from what ``previous`` matched: each regex it knows is matched against the
+        topics added since only (a refresh that finds the same 5,000 topics matches nothing
+        again), and loses the topics removed."""
+        if not previous._matched:
+            return
+        old, new = previous.by_name.keys(), self.by_name.keys()
+        added = [n for n in new if n not in old and n not in INTERNAL_TOPICS]
+        removed = old - new
+        for key, (pattern, matched) in previous._matched.items():
+            if key not in self._matched:
+                fullmatch = pattern.fullmatch
+                self._matched[key] = (pattern, (matched - removed) | {n for n in added if fullmatch(n)})
 
 
 def compile_regex(regex: str) -> re.Pattern[str]:

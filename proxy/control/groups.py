@@ -100,7 +100,16 @@ class GroupMetrics:
             "decide one group request (a Heartbeat, a JoinGroup, ...), waits excluded, by API.",
             ["api"], buckets=(0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
                               0.005, 0.01, 0.025, 0.1), registry=registry)
+        self.topic_refresh_seconds = Histogram(
+            "ksidecar_coordinator_topic_refresh_seconds", "One topic metadata refresh of the "
+            "embedded coordinator: the broker's Metadata answer read, every KIP-848 group's "
+            "subscription checked against it (in slices, other connections served between them).",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=registry)
         registry.register(_GroupCollector(service))
+
+
+#: Seconds of group rechecks after a topic refresh between two scheduler passes.
+RECHECK_SLICE = 0.002
 
 
 class _GroupCollector(Collector):
@@ -155,6 +164,7 @@ class GroupService:
         registry: CollectorRegistry,
         *,
         refresh_interval: float = 10.0,
+        recheck_slice: float = RECHECK_SLICE,
         clock: Callable[[], int] = wall_ms,
         store: GroupStore | None = None,
         fleet: bool = True,
@@ -184,6 +194,8 @@ class GroupService:
         self.metadata = metadata
         self._address = address
         self.refresh_interval = refresh_interval
+        #: CPU seconds of group rechecks after a refresh before other tasks get a turn.
+        self.recheck_slice = recheck_slice
         self.metrics = GroupMetrics(registry, self)
         self._pending: dict[int, Pending[Response]] = {}
         self._batcher = CommitBatcher()
@@ -557,16 +569,30 @@ class GroupService:
                 await self._deadline_changed.wait()
             self._sleeping_until = -math.inf  # awake: every change is looked at anyway
 
+    async def _recheck(self, topics: TopicsSnapshot) -> None:
+        """Install new topic metadata and recheck every KIP-848 group's subscription against
+        it, :attr:`recheck_slice` seconds of work at a time with a scheduler pass between
+        slices: 200 groups subscribed by regex to 5,000 topics take a few hundred
+        milliseconds, which no connection of the sidecar may wait for in one piece."""
+        began = time.perf_counter()
+        for group_id in self.core.install_topics(topics):
+            self._apply(self.core.recheck_topics((group_id,), self.clock()))
+            if time.perf_counter() - began >= self.recheck_slice:
+                await trio.sleep(0)
+                began = time.perf_counter()
+
     async def _refresh_topics(self) -> None:
         while True:
             names, everything = self.core.wanted_topics()
             if names or everything:
+                began = time.perf_counter()
                 try:
                     found = await self.metadata.topics(None if everything else names)
                 except Exception as exc:  # the broker may be away: keep the last snapshot
                     log.warning("coordinator: topic metadata refresh failed: %s", exc)
                 else:
-                    self._apply(self.core.update_topics(TopicsSnapshot.of(found), self.clock()))
+                    await self._recheck(TopicsSnapshot.of(found, previous=self.core.topics))
+                    self.metrics.topic_refresh_seconds.observe(time.perf_counter() - began)
             with trio.move_on_after(self.refresh_interval):
                 await self._refresh_now.wait()
             self._refresh_now = trio.Event()

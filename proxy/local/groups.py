@@ -36,6 +36,7 @@ from coordinator.messages.common import Client
 from coordinator.messages.consumer import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
 )
 from coordinator.messages.offsets import (
     OffsetCommitRequest,
@@ -87,9 +88,18 @@ def _join(request: LocalRequest, context: Context) -> CoreCall:
 def _consumer_heartbeat(request: LocalRequest, context: Context) -> CoreCall:
     req = ConsumerGroupHeartbeatRequest.from_wire(request.version, _body(request))
     client = _client(request, context)
-    if req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None:
-        _port(context).subscriptions_changed()
-    return CoreCall(group_ids_of(req), lambda core, now: core.consumer_group_heartbeat(req, client, now))
+    subscribes = req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None
+    port = _port(context)
+
+    def call(core: GroupCoordinator, now: int) -> Step[ConsumerGroupHeartbeatResponse]:
+        answer = core.consumer_group_heartbeat(req, client, now)
+        # Once the core holds the subscription (a call may wait for its group's claim), so
+        # that the refresh this asks for sees it.
+        if subscribes:
+            port.subscriptions_changed()
+        return answer
+
+    return CoreCall(group_ids_of(req), call)
 
 
 def _simple(kind: Any, method: str, with_now: bool) -> CallFor:

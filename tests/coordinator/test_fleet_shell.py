@@ -9,7 +9,8 @@ live; ``payments`` belongs to 1 (this one), ``orders`` to 2 (test_placement.py's
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, cast
 
 import trio
 import trio.testing
@@ -26,9 +27,14 @@ from coordinator.messages import (
 )
 from coordinator.outcome import Response, Write
 from coordinator.settings import CoordinatorSettings
+from coordinator.topics import TopicInfo, TopicsSnapshot
+from protocol.apis import DEFAULT_REGISTRY
+from protocol.headers import RequestHeader
+from protocol.schema import decode, encode
 from proxy.control.groups import GroupService
-from proxy.local.groups import CoreCall
-from proxy.local.ports import Pending
+from proxy.local.api import Context, Later, LocalRequest, Respond
+from proxy.local.groups import CALLS, CoreCall, handler
+from proxy.local.ports import Pending, Ports
 
 CLIENT = Client(client_id="c", client_host="/127.0.0.1")
 LIVE: dict[int, Any] = {1: {"PLAINTEXT": ("h1", 1)}, 2: {"PLAINTEXT": ("h2", 2)}, 3: {"PLAINTEXT": ("h3", 3)}}
@@ -214,4 +220,114 @@ async def test_the_timer_task_sleeps_through_heartbeats_and_wakes_for_an_expiry(
         assert "m1" in groups.core.ctx.groups["solo"].members
         await trio.sleep(0.02)  # the session of 45 s since the last heartbeat is over
         assert "m1" not in groups.core.ctx.groups["solo"].members
+        nursery.cancel_scope.cancel()
+
+
+class ManyTopics:
+    """A broker with 5,000 topics: app000-t00 ... app199-t24 (25 per application)."""
+
+    def __init__(self) -> None:
+        self.found = [TopicInfo(name=f"app{a:03d}-t{t:02d}", topic_id=uuid.UUID(int=a * 100 + t + 1), partitions=2)
+                      for a in range(200) for t in range(25)]  # fmt: skip
+
+    async def topics(self, names: set[str] | None) -> list[Any]:
+        return self.found
+
+
+def regex_heartbeat(group: str) -> CoreCall:
+    req = ConsumerGroupHeartbeatRequest(
+        version=1, group_id=group, member_id=f"{group}-m", member_epoch=0, rebalance_timeout_ms=30_000,
+        subscribed_topic_regex=f"{group}-.*", topic_partitions=())
+    return CoreCall((group,), lambda core, now: core.consumer_group_heartbeat(req, CLIENT, now))
+
+
+async def test_a_refresh_rechecks_regex_groups_in_slices_with_other_tasks_served_between(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """200 groups subscribed by regex to 5,000 topics: after a refresh each group's
+    subscription is its application's 25 topics, and with a slice of 0 s another task
+    runs between every scheduler pass of rechecks (none waits for all 200)."""
+    source = ManyTopics()
+    groups = GroupService(CoordinatorSettings(), StubZooKeeper(), source,  # type: ignore[arg-type]
+                          lambda listener: (1, "h1", 1), CollectorRegistry(), store=StubStore(),  # type: ignore[arg-type]
+                          fleet=False, recheck_slice=0.0, clock=lambda: int(trio.current_time() * 1000))
+    names = [f"app{a:03d}" for a in range(200)]
+    for name in names:
+        joined = await answer(groups.run(regex_heartbeat(name), "ConsumerGroupHeartbeat", (name,)))
+        assert isinstance(joined, ConsumerGroupHeartbeatResponse) and joined.error is Code.NONE
+    epochs = {n: groups.core.ctx.groups[n].group_epoch for n in names}
+    events: list[str] = []
+    recheck = groups.core.recheck_topics
+
+    def recorded(group_ids: Any, now: int) -> Any:
+        events.extend(group_ids)
+        return recheck(group_ids, now)
+
+    groups.core.recheck_topics = recorded  # type: ignore[method-assign]
+    done = trio.Event()
+
+    async def other_connection() -> None:
+        while not done.is_set():
+            events.append("tick")
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_connection)
+        await groups._recheck(TopicsSnapshot.of(await source.topics(None)))
+        done.set()
+    rechecked = [e for e in events if e != "tick"]
+    assert rechecked == names
+    # Trio runs the tasks of one scheduler batch in a random order: two groups may meet
+    # across a batch boundary, never three.
+    longest = run = 0
+    for event in events:
+        run = 0 if event == "tick" else run + 1
+        longest = max(longest, run)
+    assert longest <= 2
+    for a, name in enumerate(names):
+        group = groups.core.ctx.groups[name]
+        assert sorted(group.subscription_metadata) == [f"{name}-t{t:02d}" for t in range(25)]
+        assert group.subscription_metadata[f"{name}-t07"] == (uuid.UUID(int=a * 100 + 8), 2)
+        assert group.group_epoch == epochs[name] + 1
+
+
+
+async def test_a_member_that_waits_for_its_groups_claim_is_seen_by_the_refresh_it_asks_for(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A regex member's first heartbeat waits for the group's claim; the topic refresh it
+    asks for must run after the core holds its subscription, or the member gets nothing
+    until the next periodic refresh (here 10 minutes away)."""
+    source = ManyTopics()
+    claims = StubClaims(version=7)
+    groups = GroupService(CoordinatorSettings(), StubZooKeeper(), source,  # type: ignore[arg-type]
+                          lambda listener: (1, "h1", 1), CollectorRegistry(), store=StubStore(),  # type: ignore[arg-type]
+                          refresh_interval=600.0, clock=lambda: int(trio.current_time() * 1000))
+    assert groups.fleet is not None
+    groups.fleet.set_live({1: LIVE[1]}, me=1)
+    groups.claims = claims  # type: ignore[assignment]
+    ports = Ports(upstream=cast(Any, None), brokers=cast(Any, None), groups=groups)
+    context = Context(listener="PLAINTEXT", peer=("127.0.0.1", 5000), ports=ports)
+    api = DEFAULT_REGISTRY.api(68)
+    header = RequestHeader(api_key=68, api_version=1, correlation_id=1, client_id="c", header_version=2, size=0)
+
+    async def beat(epoch: int, regex: str | None, owned: list[Any] | None) -> Any:
+        body = {"GroupId": "app007", "MemberId": "m-app007", "MemberEpoch": epoch, "InstanceId": None,
+                "RackId": None, "RebalanceTimeoutMs": 30_000 if regex else -1, "SubscribedTopicNames": None,
+                "SubscribedTopicRegex": regex, "ServerAssignor": None, "TopicPartitions": owned}
+        raw = encode(api.request, 1, body)
+        answer = handler(CALLS[68], "ConsumerGroupHeartbeat")(LocalRequest(header=header, body=decode(api.request, 1, raw), raw=raw), context)
+        if isinstance(answer, Later):
+            answer = await answer.answer()
+        assert isinstance(answer, Respond) and isinstance(answer.body, dict)
+        return answer.body
+
+    async with trio.open_nursery() as nursery:
+        for task in (groups._place, groups._refresh_topics, groups._timers, groups._writer):
+            nursery.start_soon(task)
+        joined = await beat(0, "app007-.*", [])
+        assert joined["ErrorCode"] == 0 and claims.claimed == ["app007"]
+        await trio.sleep(1)  # the refresh the join asked for, and its target assignment
+        again = await beat(joined["MemberEpoch"], None, None)
+        assert again["ErrorCode"] == 0 and again["Assignment"] is not None
+        owned = {t["TopicId"]: sorted(t["Partitions"]) for t in again["Assignment"]["TopicPartitions"]}
+        assert owned == {uuid.UUID(int=700 + t + 1): [0, 1] for t in range(25)}  # app007's 25 topics, 2 each
         nursery.cancel_scope.cancel()
