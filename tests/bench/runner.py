@@ -19,7 +19,7 @@ from typing import Any
 
 from tests.bench import procfs
 from tests.bench.stack import TARGETS, Stack
-from tests.bench.workloads import Settings, Workload
+from tests.bench.workloads import CLUSTER_DIGITS, CLUSTER_PREFIX, Settings, Workload
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +99,11 @@ def compare(
             return out
         for key in (metric, *workload.extra):
             base = targets["direct"].medians[key]
-            for name in ("sidecar", "peer", "relay"):
+            for name in ("sidecar", "peer", "relay", "acls", "baseline"):
                 if name in targets:
                     out[f"{name}_added_{key}"] = targets[name].medians[key] - base
+        if "acls" in targets and targets["direct"].median:
+            out["acls/direct"] = targets["acls"].median / targets["direct"].median
         return out
 
     def ratio(a: str, b: str) -> None:
@@ -118,6 +120,7 @@ def compare(
     ratio("relay", "direct")
     ratio("audit", "sidecar")
     ratio("acls", "sidecar")
+    ratio("acls", "direct")
     ratio("sidecar", "baseline")
     if workload.per_request and "direct" in targets:
         # Time added per request, from throughputs (closed loop, one in flight): 1/x − 1/direct.
@@ -129,6 +132,23 @@ def compare(
         if relay and relay > 0 and "sidecar_added_us" in out:
             out["sidecar_added/relay_added"] = out["sidecar_added_us"] / relay
     return out
+
+
+def hidden_half(topics: int) -> tuple[str, ...]:
+    """Prefixes of the cluster-size topics' names that cover the upper half of them
+    (``bench-cluster-00500`` to ``-00999`` of 1,000: ``bench-cluster-005`` to ``-009``), in
+    as few aligned decimal blocks as it takes: the ACLs of the "acls" target deny them."""
+    width = len(CLUSTER_PREFIX) + 1
+    prefixes: list[str] = []
+    at = topics // 2
+    while at < topics:
+        block = 1
+        while at % (block * 10) == 0 and at + block * 10 <= topics and block * 10 <= 10**CLUSTER_DIGITS:
+            block *= 10
+        digits = CLUSTER_DIGITS - len(str(block)) + 1
+        prefixes.append(f"{CLUSTER_PREFIX}-{at:0{CLUSTER_DIGITS}d}"[: width + digits])
+        at += block
+    return tuple(prefixes)
 
 
 def rotated(items: Sequence[str], by: int) -> list[str]:
@@ -159,7 +179,8 @@ def run_workloads(
     change with everything else equal.
     """
     results: list[WorkloadResult] = []
-    stack = Stack(log_dir, audit_enabled=audit, acls_enabled=acls, baseline_source=baseline)
+    stack = Stack(log_dir, audit_enabled=audit, acls_enabled=acls, baseline_source=baseline,
+                  acl_hidden_prefixes=hidden_half(settings.cluster_topics))
     try:
         stack.start()
         for index, workload in enumerate(workloads):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +66,9 @@ class Stack:
     audit_enabled: bool = False
     #: Also run the "acls" target: ``sidecar.authorizer=acls`` with :data:`BENCH_ACLS` ACLs.
     acls_enabled: bool = False
+    #: Topic-name prefixes the "acls" target's ACLs deny the bench's clients (hidden from
+    #: their Metadata: the cluster-size workloads narrow to half the topics).
+    acl_hidden_prefixes: tuple[str, ...] = ()
     #: Also run the "baseline" target: a sidecar from this checkout of another commit.
     baseline_source: Path | None = None
     baseline: SidecarServer | None = None
@@ -93,7 +97,7 @@ class Stack:
                                               source=self.baseline_source)
             if self.acls_enabled:
                 self.zookeeper = start_zookeeper(logs)
-                seed_acls(self.zookeeper.connect)
+                seed_acls(self.zookeeper.connect, hidden=self.acl_hidden_prefixes)
                 acl_keys = {"sidecar.authorizer": "acls", "zookeeper.connect": self.zookeeper.connect}
                 self.acls = start_sidecar(logs, self.broker.bootstrap, name="ksidecar-acls",
                                           keys={**SIDECAR_KEYS, **self.extra_keys, **acl_keys})
@@ -212,10 +216,11 @@ def start_relay(log_dir: Path) -> tuple[TansuServer, Service]:
 BENCH_ACLS = 100
 
 
-def seed_acls(connect: str, count: int = BENCH_ACLS) -> None:
+def seed_acls(connect: str, count: int = BENCH_ACLS, hidden: Sequence[str] = ()) -> None:
     """Write ``count`` ACLs in Kafka's format: the bench's anonymous clients may do anything
-    (a wildcard topic, group and the cluster), and the rest are other users' literal and
-    prefixed topic and group ACLs, so every decision looks through a realistic index."""
+    (a wildcard topic, group and the cluster) except with the topics prefixed ``hidden``
+    (denied), and the rest are other users' literal and prefixed topic and group ACLs, so
+    every decision looks through a realistic index."""
     from kazoo.client import KazooClient
 
     from proxy.auth.acl.model import (
@@ -231,13 +236,15 @@ def seed_acls(connect: str, count: int = BENCH_ACLS) -> None:
     from proxy.auth.acl.store import AclStore
 
     def binding(rtype: ResourceType, name: str, principal: str, op: Operation,
-                pattern: PatternType = PatternType.LITERAL) -> AclBinding:
-        return AclBinding(ResourcePattern(rtype, name, pattern), AclEntry(principal, "*", op, Permission.ALLOW))
+                pattern: PatternType = PatternType.LITERAL, permission: Permission = Permission.ALLOW) -> AclBinding:
+        return AclBinding(ResourcePattern(rtype, name, pattern), AclEntry(principal, "*", op, permission))
 
     anonymous = "User:ANONYMOUS"
     bindings = [binding(ResourceType.TOPIC, "*", anonymous, Operation.ALL),
                 binding(ResourceType.GROUP, "*", anonymous, Operation.ALL),
                 binding(ResourceType.CLUSTER, CLUSTER_NAME, anonymous, Operation.ALL)]
+    bindings += [binding(ResourceType.TOPIC, prefix, anonymous, Operation.ALL, PatternType.PREFIXED, Permission.DENY)
+                 for prefix in hidden]
     i = 0
     while len(bindings) < count:
         kind = (ResourceType.TOPIC, ResourceType.GROUP)[i % 2]
