@@ -38,6 +38,7 @@ import construct as c
 
 from protocol.apis import Api
 from protocol.errors import ErrorCode
+from protocol.framing import size_prefix
 from protocol.leniency import QUIET, RESPONSE, Leniency
 from protocol.scan import (
     Step,
@@ -203,11 +204,25 @@ def rewrites_tags_only(api: Api, version: int) -> bool:
 
 @dataclass
 class RewriteResult:
-    """A rewritten body and what happened to its entries."""
+    """A rewritten body, as the parts it is made of, and what happened to its entries.
 
-    body: bytes
+    A spliced Metadata is the broker's bytes before the brokers, the rewritten brokers and
+    the broker's bytes after them (megabytes of topics): a caller that frames the body joins
+    the parts once, with its own prefix and header (:meth:`framed`).
+    """
+
+    parts: tuple[bytes | memoryview, ...]
     rewritten: int
     unmapped: int
+
+    @property
+    def body(self) -> bytes:
+        """The rewritten body, joined."""
+        return b"".join(self.parts)
+
+    def framed(self, head: bytes) -> bytes:
+        """The whole frame: its size prefix, ``head`` (the response header), the body."""
+        return b"".join((size_prefix(len(head) + sum(len(part) for part in self.parts)), head, *self.parts))
 
 
 class Rewriter:
@@ -257,7 +272,7 @@ class Rewriter:
             rewritten, unmapped = rewritten + r, unmapped + u
         if not rewritten and not unmapped:
             return None
-        return RewriteResult(encode(api.response, version, value) + trailing, rewritten, unmapped)
+        return RewriteResult((encode(api.response, version, value), trailing), rewritten, unmapped)
 
     def _rewrite_field(self, api: Api, version: int, body: bytes | memoryview, field: _Field) -> RewriteResult | None:
         """Rewrite a site that is one top-level array field: find it by skipping what comes
@@ -280,7 +295,7 @@ class Rewriter:
         if not rewritten and not unmapped:
             return None
         encoded = write_alone(field.spec, version, kept)
-        return RewriteResult(b"".join((view[:start], encoded, view[stop:])), rewritten, unmapped)
+        return RewriteResult((view[:start], encoded, view[stop:]), rewritten, unmapped)
 
     def _rewrite_tags(
         self,
@@ -298,7 +313,7 @@ class Rewriter:
             return None
         entries, _, rewritten, unmapped = found
         head = bytes(view[: section.start])
-        return RewriteResult(head + encoded_section(entries) + trailing, rewritten, unmapped)
+        return RewriteResult((head, encoded_section(entries), trailing), rewritten, unmapped)
 
     def rewrite_section(self, api: Api, version: int, section: bytes) -> RewriteResult | None:
         """The top-level tag section of a response whose bytes before it are already on
@@ -329,7 +344,7 @@ class Rewriter:
             kept = [(tag, value) for tag, value in entries if tag not in replaced]
             body = fitted_section(kept, end)
             assert body is not None, "dropping an entry always leaves room for the filler"
-        return RewriteResult(body + trailing, rewritten, unmapped)
+        return RewriteResult((body, trailing), rewritten, unmapped)
 
     def _rewritten_entries(
         self,

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from protocol.apis import Api, ApiRegistry
-from protocol.framing import size_prefix
 from protocol.headers import RequestHeader
 from protocol.scan import TagSectionFinder, response_header_size
 from proxy.datapath.rewrite import SITES, Rewriter, rewrites_tags_only, rewrites_version
@@ -138,5 +137,4 @@ class Router:
             return None
         if result.rewritten:
             self._on_rewrite(api.name)
-        head = bytes(body[:head_size])  # the broker's own header, tags and all
-        return size_prefix(len(head) + len(result.body)) + head + result.body
+        return result.framed(bytes(body[:head_size]))  # the broker's own header, tags and all
