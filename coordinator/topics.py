@@ -78,10 +78,15 @@ class TopicsSnapshot:
         old, new = previous.by_name.keys(), self.by_name.keys()
         added = [n for n in new if n not in old and n not in INTERNAL_TOPICS]
         removed = old - new
-        for key, (pattern, matched) in previous._matched.items():
-            if key not in self._matched:
-                fullmatch = pattern.fullmatch
-                self._matched[key] = (pattern, (matched - removed) | {n for n in added if fullmatch(n)})
+        for key, memo in previous._matched.items():
+            if key in self._matched:
+                continue
+            pattern, matched = memo
+            fullmatch = pattern.fullmatch
+            gained = {n for n in added if fullmatch(n)}
+            lost = matched & removed
+            # Unchanged: the same objects (nothing new for the garbage collector to keep).
+            self._matched[key] = (pattern, (matched - lost) | gained) if gained or lost else memo
 
 
 def compile_regex(regex: str) -> re.Pattern[str]:

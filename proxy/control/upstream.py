@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import logging
 import ssl
-import uuid
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import construct as c
 import trio
@@ -33,12 +32,12 @@ from protocol.errors import ProtocolError
 from protocol.framing import EOF, NEED_DATA, FrameDecoder, encode_frame
 from protocol.headers import decode_response_header, encode_request_header
 from protocol.leniency import QUIET, Leniency
-from protocol.pick import Picker, Selection
 from protocol.schema import encode
 from proxy.auth.sasl.client import login_client
 from proxy.auth.sasl.errors import SaslError
 from proxy.config import HostPort, SidecarConfig
 from proxy.config.keys import ConfigError
+from proxy.control.topic_reader import TopicReader
 from proxy.datapath.errors import UpstreamError
 from proxy.local.ports import BrokerAddress, UpstreamInfo
 
@@ -91,7 +90,7 @@ class Upstream:
         self.server_hostname = server_hostname or address.host
         self.connect_timeout = connect_timeout
         self.registry = registry
-        self._topics = Picker(registry.api(METADATA).response, TOPICS_SELECTION)
+        self._topics = TopicReader(registry.api(METADATA).response)
         self.info: UpstreamInfo | None = None
         self.healthy = False
         #: The idle control connection kept open while the broker answers (watched).
@@ -295,7 +294,7 @@ class Upstream:
                                           {"Topics": topics, "AllowAutoTopicCreation": False})
                 # 5,000 topics take tens of milliseconds to read: in a thread, so that
                 # the event loop gets the interpreter back every switch interval (5 ms).
-                found = await trio.to_thread.run_sync(topic_infos, self._topics, version, raw)
+                found = await trio.to_thread.run_sync(self._topics.read, version, raw)
         except trio.TooSlowError:
             raise UpstreamError(f"broker {self.address} did not answer Metadata in time") from None
         except (ProtocolError, trio.BrokenResourceError, OSError) as exc:
@@ -360,26 +359,3 @@ class Upstream:
         if not data:
             log.info("upstream %s closed the control connection; re-checking", self.address)
         scope.cancel()
-
-
-#: Topic ids of topics a broker names without one (Metadata below v10): stable per name.
-_NAMESPACE = uuid.UUID("6b9f3c3e-5c1a-4a56-9a0f-2f0e4b4d8c11")
-
-
-#: What the coordinator needs of each topic of a Metadata answer (the partitions counted).
-TOPICS_SELECTION: Final[Selection] = {"Topics": {"ErrorCode": None, "Name": None, "TopicId": None, "Partitions": {}}}
-
-
-def topic_infos(picker: Picker, version: int, body: bytes | memoryview) -> list[TopicInfo]:
-    """Topics of a Metadata answer's body (ids made up from names where absent), read by
-    ``picker`` (:data:`TOPICS_SELECTION`) without decoding the partitions: a 5,000-topic
-    answer costs milliseconds, not a stall of the sidecar's every connection."""
-    found = []
-    (topics,) = picker.pick(version, body)
-    for error, name, topic_id, partitions in topics:
-        if error or name is None:
-            continue
-        if topic_id.int == 0:
-            topic_id = uuid.uuid5(_NAMESPACE, name)
-        found.append(TopicInfo(name=name, topic_id=topic_id, partitions=len(partitions)))
-    return found

@@ -1,0 +1,85 @@
+"""The coordinator's reading of Metadata topics (proxy/control/topic_reader.py).
+
+Answers are encoded by kafka-python (an independent encoder) where a version is written out
+by hand, and by our encoder for generated answers of every version, whose expected topics
+come from the construct decoder (a different reader than the picker under test).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.topics import TopicInfo
+from protocol.apis import DEFAULT_REGISTRY as R
+from protocol.schema import decode, encode
+from proxy.control.topic_reader import NAMESPACE, TopicReader
+from tests.protocol.strategies import message_values
+from tests.protocol.test_differential import KP_CLASSES, to_kafka_python
+
+METADATA = R.api(3)
+assert METADATA.versions.hi is not None
+VERSIONS = range(METADATA.versions.lo, METADATA.versions.hi + 1)
+
+
+def kafka_python(version: int, topics: list[tuple[int, str | None, uuid.UUID, int]]) -> bytes:
+    """A MetadataResponse body as kafka-python writes it: one broker, and per topic its
+    error, name, id and that many partitions (led by broker 1)."""
+    value = {
+        "ThrottleTimeMs": 0, "ClusterId": "c", "ControllerId": 1, "ClusterAuthorizedOperations": -2147483648,
+        "Brokers": [{"NodeId": 1, "Host": "b1", "Port": 9092, "Rack": None}],
+        "Topics": [{"ErrorCode": error, "Name": name, "TopicId": topic_id, "IsInternal": False,
+                    "TopicAuthorizedOperations": -2147483648,
+                    "Partitions": [{"ErrorCode": 0, "PartitionIndex": p, "LeaderId": 1, "LeaderEpoch": 0,
+                                    "ReplicaNodes": [1], "IsrNodes": [1], "OfflineReplicas": []}
+                                   for p in range(count)]} for error, name, topic_id, count in topics]}  # fmt: skip
+    kp = KP_CLASSES[(3, "response")]
+    return bytes(to_kafka_python(kp._struct, METADATA.response.fields, value, version).encode(version=version))
+
+
+def test_names_ids_and_counts_as_kafka_python_wrote_them() -> None:
+    a, b = uuid.UUID(int=7), uuid.UUID(int=8)
+    body = kafka_python(12, [(0, "orders", a, 3), (3, "gone", uuid.UUID(int=0), 0), (0, "audit", b, 1)])
+    assert TopicReader(METADATA.response).read(12, body) == [
+        TopicInfo(name="orders", topic_id=a, partitions=3), TopicInfo(name="audit", topic_id=b, partitions=1)]
+
+
+def test_versions_without_ids_make_them_up_from_names() -> None:
+    body = kafka_python(1, [(0, "orders", uuid.UUID(int=0), 2)])
+    assert TopicReader(METADATA.response).read(1, body) == [
+        TopicInfo(name="orders", topic_id=uuid.uuid5(NAMESPACE, "orders"), partitions=2)]
+    # Stored in group records: the namespace may never change.
+    assert str(NAMESPACE) == "6b9f3c3e-5c1a-4a56-9a0f-2f0e4b4d8c11"
+
+
+def test_an_unchanged_topic_is_the_same_object_and_a_changed_one_is_read_again() -> None:
+    a, b = uuid.UUID(int=7), uuid.UUID(int=8)
+    reader = TopicReader(METADATA.response)
+    first = reader.read(12, kafka_python(12, [(0, "orders", a, 3), (0, "audit", b, 1)]))
+    again = reader.read(12, kafka_python(12, [(0, "orders", a, 3), (0, "audit", b, 2)]))
+    assert again[0] is first[0]
+    assert again[1] == TopicInfo(name="audit", topic_id=b, partitions=2)
+    assert reader.read(12, kafka_python(12, [(0, "audit", b, 2)])) == [again[1]]
+    assert reader._known.keys() and len(reader._known) == 1  # forgotten with the answer
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@settings(max_examples=max(10, settings.default.max_examples // 10))
+@given(data=st.data())
+def test_generated_answers_read_as_the_decoder_reads_them(version: int, data: st.DataObject) -> None:
+    body = encode(METADATA.response, version, data.draw(message_values(METADATA.response, version)))
+    decoded = decode(METADATA.response, version, body)
+    expected = []
+    for topic in decoded["Topics"]:
+        if topic["ErrorCode"] or topic["Name"] is None:
+            continue
+        topic_id = topic.get("TopicId") or uuid.UUID(int=0)
+        if topic_id.int == 0:
+            topic_id = uuid.uuid5(NAMESPACE, topic["Name"])
+        expected.append(TopicInfo(name=topic["Name"], topic_id=topic_id, partitions=len(topic["Partitions"])))
+    reader = TopicReader(METADATA.response)
+    assert reader.read(version, body) == expected
+    assert reader.read(version, body) == expected  # from memory
