@@ -95,6 +95,9 @@ STREAM_CHUNK = 262144
 #: response's correlation id lies in the first bytes (a longer header is retried on the
 #: whole frame), so a megabyte Produce is never copied to read its header.
 HEADER_VIEW = 65536
+#: An answer the ACLs patch at least this large is patched in slices by a task of its own
+#: (:meth:`Connection._patch_later`), the event loop serving other connections in between.
+PATCH_LATER_MIN = 262144
 #: acks=0 Produce requests remembered per connection in case the broker answers them.
 MAX_SILENT_PRODUCES = 1024
 #: How often a connection held up by a blocking observer looks again for room (seconds).
@@ -958,8 +961,29 @@ class Connection:
                 data = rewritten
                 self.stats.rewritten += 1
             if slot.patch is not None:
+                if len(data) >= PATCH_LATER_MIN and self._nursery is not None:
+                    # Its slot waits, and every answer after it; other connections do not.
+                    self._nursery.start_soon(self._patch_later, slot, header, record.response_header_version,
+                                             bytes(data))
+                    return
                 data = self._patch_response(slot.patch, header, record.response_header_version, data)
         self.responses.fill(slot, data, trio.current_time())
+
+    async def _patch_later(self, slot: Slot, header: RequestHeader, header_version: int, data: bytes) -> None:
+        """:meth:`_patch_response` for a large answer, in slices (runs in the connection's
+        nursery): then its slot is filled and what follows it goes too."""
+        authorization = self.parts.authorization
+        assert authorization is not None and slot.patch is not None
+        body = memoryview(data)[4:]
+        try:
+            head_size = response_header_size(body, header_version)
+            patched = await authorization.patched_in_slices(slot.patch, header.api_key, header.api_version,
+                                                            body[head_size:])
+        except ProtocolError as exc:
+            raise ConnectionClosed("bad_response", f"api key {header.api_key} response: {exc}") from None
+        framed = size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
+        self.responses.fill(slot, framed, trio.current_time())
+        self._deliver()
 
     def _patch_response(self, patch: Patch, header: RequestHeader, header_version: int,
                         data: bytes | memoryview) -> bytes:

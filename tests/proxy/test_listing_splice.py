@@ -10,11 +10,14 @@ kafka-python, an independent decoder, reads a large narrowed answer.
 
 from __future__ import annotations
 
+import dataclasses
+import struct
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.metadata import MetadataResponse
@@ -184,3 +187,97 @@ def test_metadata_without_a_patch_of_its_own_still_passes_through_learning() -> 
     body = encode(METADATA.response, 12, big_metadata(4, 1))
     assert authorization.patched(patch, 3, 12, body) == body
     assert [name for _, name in acls.learned] == [f"topic-{t:04d}" for t in range(4)]
+
+
+# -- in slices, through a connection ---------------------------------------------------
+
+
+async def test_a_large_answer_is_patched_in_slices_with_other_tasks_served_between(
+        autojump_clock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("proxy.datapath.authorize.SLICE_SECONDS", 0.0)
+    body = encode(METADATA.response, 12, big_metadata(1000, 10))
+    acls = Acls(describe([], [f"topic-{t:04d}" for t in range(0, 1000, 2)]))
+    authorization, patch = patch_for(acls, 12, None)
+    ticks = 0
+    done = trio.Event()
+
+    async def other_connection() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_connection)
+        sliced = await authorization.patched_in_slices(patch, 3, 12, body)
+        done.set()
+    _, whole_patch = patch_for(Acls(acls.authorizer), 12, None)
+    assert sliced == whole(whole_patch, 12, body)
+    assert ticks >= 1000 // 64 - 1  # a scheduler pass after every 64 topics
+
+
+async def through_a_connection(body: bytes, requests: int) -> tuple[list[bytes], list[int]]:
+    """``requests`` full Metadata v12 requests from alice through a connection enforcing
+    ACLs (alice may Describe the even topics of big_metadata), in front of a broker that
+    answers each with ``body``: the answer frames the client read before the connection
+    ended or all came, and the API keys patched in slices."""
+    from tests.proxy.test_connection_seam import FakeBroker, build
+
+    class MetadataBroker(FakeBroker):
+        async def answer(self, correlation_id: int) -> None:
+            assert self.stream is not None
+            frame = struct.pack(">i", correlation_id) + b"\x00" + body  # response header v1
+            await self.stream.send_all(struct.pack(">i", len(frame)) + frame)
+
+    acls = Acls(describe([], [f"topic-{t:04d}" for t in range(0, 1000, 2)]))
+    authorization = Authorization(cast(AclDirectory, acls), R, CollectorRegistry(), shadow=False)
+    sliced: list[int] = []
+    in_slices = authorization.patched_in_slices
+
+    async def counted(*args: Any) -> bytes:
+        sliced.append(args[1])
+        return await in_slices(*args)
+
+    authorization.patched_in_slices = counted  # type: ignore[method-assign]
+    request = encode(METADATA.request, 12, {"Topics": None, "AllowAutoTopicCreation": False,
+                                            "IncludeTopicAuthorizedOperations": False})
+    answers: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        h = await build(nursery, broker=MetadataBroker())
+        h.connection.parts = dataclasses.replace(h.connection.parts, authorization=authorization)
+        h.connection.context.principal = ALICE
+        nursery.start_soon(h.connection.run)
+        for cid in range(1, requests + 1):
+            payload = struct.pack(">hhih", 3, 12, cid, 1) + b"t" + b"\x00" + request  # request header v2
+            await h.client.send_all(struct.pack(">i", len(payload)) + payload)
+        buffer = b""
+        while len(answers) < requests and (data := await h.client.receive_some(1 << 20)):
+            buffer += data
+            while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">i", buffer[:4])[0]:
+                size = struct.unpack(">i", buffer[:4])[0]
+                answers.append(buffer[4 : 4 + size])
+                buffer = buffer[4 + size :]
+        nursery.cancel_scope.cancel()
+    return answers, sliced
+
+
+async def test_a_connection_forwards_large_narrowed_answers_in_order(autojump_clock: Any) -> None:
+    """Two full Metadata answers of 1,000 topics (each over PATCH_LATER_MIN) go through a
+    connection enforcing ACLs: each narrowed to alice's half, in request order."""
+    from proxy.datapath.connection import PATCH_LATER_MIN
+
+    body = encode(METADATA.response, 12, big_metadata(1000, 10))
+    assert len(body) >= PATCH_LATER_MIN
+    answers, sliced = await through_a_connection(body, 2)
+    assert sliced == [3, 3]  # both went through the task that patches in slices
+    for cid, frame in zip((1, 2), answers, strict=True):
+        assert struct.unpack(">i", frame[:4])[0] == cid
+        decoded = MetadataResponse[12].decode(frame[5:]).to_dict()
+        assert [t["name"] for t in decoded["topics"]] == [f"topic-{t:04d}" for t in range(0, 1000, 2)]
+
+
+async def test_a_large_answer_that_cannot_be_read_closes_its_own_connection(autojump_clock: Any) -> None:
+    body = encode(METADATA.response, 12, big_metadata(1000, 10))
+    broken = body[:400] + b"\xff" * (len(body) - 400)  # the brokers whole, the topics garbage
+    answers, sliced = await through_a_connection(broken, 1)
+    assert sliced == [3] and answers == []  # closed (bad_response), nothing half-forwarded
