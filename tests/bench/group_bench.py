@@ -73,6 +73,8 @@ CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 VERSIONS = {OFFSET_COMMIT: 8, JOIN_GROUP: 9, HEARTBEAT: 4, LEAVE_GROUP: 5, SYNC_GROUP: 5, DESCRIBE_GROUPS: 5,
             CONSUMER_GROUP_HEARTBEAT: 1, CONSUMER_GROUP_DESCRIBE: 0}
 MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS = 79, 27
+#: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: a client retries.
+RETRIABLE = (14, 15, 16)
 FORMATION_TIMEOUT = 120.0
 
 
@@ -240,6 +242,8 @@ class ConsumerMember:
     conn: Conn
     group: str
     topic: str
+    #: Subscribe with this regex instead of ``topic``.
+    regex: str | None = None
     member_id: str = field(default_factory=lambda: uuid.uuid4().hex[:22])
     epoch: int = 0
     owned: dict[Any, list[int]] = field(default_factory=dict)
@@ -259,10 +263,13 @@ class ConsumerMember:
             answer = await self.conn.call(CONSUMER_GROUP_HEARTBEAT, {
                 "GroupId": self.group, "MemberId": self.member_id, "MemberEpoch": self.epoch,
                 "InstanceId": None, "RackId": None, "RebalanceTimeoutMs": 60000 if joining else -1,
-                "SubscribedTopicNames": [self.topic] if joining else None, "SubscribedTopicRegex": None,
-                "ServerAssignor": None,
+                "SubscribedTopicNames": [self.topic] if joining and self.regex is None else None,
+                "SubscribedTopicRegex": self.regex if joining else None, "ServerAssignor": None,
                 "TopicPartitions": [{"TopicId": t, "Partitions": ps} for t, ps in self.owned.items()]
                 if changed or joining else None})
+            if answer.ErrorCode in RETRIABLE:  # the group's claim is still being made: as clients do
+                await trio.sleep(0.1)
+                continue
             if answer.ErrorCode:
                 raise RuntimeError(f"ConsumerGroupHeartbeat: error {answer.ErrorCode} {answer.ErrorMessage}")
             self.heartbeats += 1

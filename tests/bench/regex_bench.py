@@ -40,15 +40,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
 from proxy.tools.rig.tansu import start_broker
 from proxy.tools.rig.zookeeper import start_zookeeper
-from tests.bench.group_bench import CONSUMER_GROUP_HEARTBEAT, Conn
+from tests.bench.group_bench import Conn, ConsumerMember
 from tests.bench.kafka import RawConnection, create_topic, produce_request, record_batch
 from tests.bench.profile import py_spy, summarize
 from tests.bench.workloads import CREATE_BATCH, PRODUCE_VERSION, _percentiles, open_loop
 
 OUT = Path(__file__).parent / "out"
 RATE = 500.0
-#: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: a client retries.
-RETRIABLE = (14, 15, 16)
 TOPIC = "bench-latency"
 
 
@@ -74,59 +72,19 @@ def producer(address: str, seconds: float) -> dict[str, float]:
     return out
 
 
-class Member:
-    """One KIP-848 member subscribed by regex; heartbeats until told to stop."""
-
-    def __init__(self, conn: Conn, group: str, regex: str) -> None:
-        self.conn, self.group, self.regex = conn, group, regex
-        self.member_id = uuid.uuid4().hex[:22]
-        self.epoch = 0
-        self.owned: list[Any] = []
-
-    async def run(self, stop: trio.Event) -> None:
-        """Heartbeat until ``stop`` (at once after a new assignment, to acknowledge it)."""
-        changed = True
-        while not stop.is_set():
-            joining = self.epoch == 0
-            answer = await self.conn.call(CONSUMER_GROUP_HEARTBEAT, {
-                "GroupId": self.group, "MemberId": self.member_id, "MemberEpoch": self.epoch,
-                "InstanceId": None, "RackId": None, "RebalanceTimeoutMs": 60000 if joining else -1,
-                "SubscribedTopicNames": None, "SubscribedTopicRegex": self.regex if joining else None,
-                "ServerAssignor": None,
-                "TopicPartitions": [{"TopicId": t, "Partitions": ps} for t, ps in self.owned]
-                if changed or joining else None})  # fmt: skip
-            if answer.ErrorCode in RETRIABLE:  # the group's claim is still being made: as clients do
-                await trio.sleep(0.1)
-                continue
-            if answer.ErrorCode:
-                raise RuntimeError(f"{self.group}: error {answer.ErrorCode} {answer.ErrorMessage}")
-            self.epoch = answer.MemberEpoch
-            changed = answer.Assignment is not None
-            if changed:
-                self.owned = [(t.TopicId, list(t.Partitions)) for t in answer.Assignment.TopicPartitions]
-                continue
-            with trio.move_on_after(answer.HeartbeatIntervalMs / 1000):
-                await stop.wait()
-
-    async def leave(self) -> None:
-        """Heartbeat with epoch -1 (leave) and close."""
-        await self.conn.call(CONSUMER_GROUP_HEARTBEAT, {
-            "GroupId": self.group, "MemberId": self.member_id, "MemberEpoch": -1})
-        await self.conn.aclose()
-
-
 def run_groups(port: int, groups: int, per_group: int, joined: threading.Event, stop: threading.Event,
                failures: list[BaseException]) -> None:
     """In a thread of its own: ``groups`` members join and heartbeat until ``stop``;
     ``joined`` is set once each owns its application's ``per_group`` partitions."""
     async def main() -> None:
-        members = [Member(await Conn.open(port, f"m{g}"), f"app{g:03d}", f"app{g:03d}-.*") for g in range(groups)]
+        members = [ConsumerMember(await Conn.open(port, f"m{g}"), f"app{g:03d}", "", regex=f"app{g:03d}-.*")
+                   for g in range(groups)]
         done = trio.Event()
         async with trio.open_nursery() as nursery:
             for member in members:
                 nursery.start_soon(member.run, done)
             with trio.fail_after(120):
-                while not all(sum(len(ps) for _, ps in m.owned) == per_group for m in members):
+                while not all(sum(len(ps) for ps in m.owned.values()) == per_group for m in members):
                     await trio.sleep(0.1)
             joined.set()
             while not stop.is_set():
