@@ -158,9 +158,15 @@ class ConsumerProtocol:
             else member.subscribed_topic_regex,
             client=client,
         )
+        # A heartbeat that changes nothing keeps the member's object (the new one dies young):
+        # thousands of members heartbeating would otherwise each leave one for the garbage
+        # collector's oldest generation every interval, and drive it into full collections.
+        if updated == member and group.members.get(member_id) is member:
+            updated = member
+        else:
+            group.put(updated)
         bump = (updated.subscribed_topic_names != member.subscribed_topic_names
                 or updated.subscribed_topic_regex != member.subscribed_topic_regex)
-        group.put(updated)
         if bump:
             self._maybe_bump(group, force=True, now=now)
         self.ctx.timers.set((SESSION, group.group_id, member_id), now + self.ctx.settings.consumer_session_timeout_ms)

@@ -180,3 +180,16 @@ def test_wanted_topics() -> None:
     assert core.wanted_topics() == ({"t1", "later"}, False)
     hb(core, "B", 0, regex="t.*")
     assert core.wanted_topics() == ({"t1", "later"}, True)
+
+
+def test_a_heartbeat_that_changes_nothing_keeps_the_members_object() -> None:
+    core = core_with_topics()
+    joined = hb(core, "m1", 0)
+    first = hb(core, "m1", joined.member_epoch, parts(joined))
+    member = group(core).members["m1"]
+    assert first.error is Code.NONE
+    assert hb(core, "m1", joined.member_epoch).error is Code.NONE  # nothing new: the same object
+    assert group(core).members["m1"] is member
+    hb(core, "m1", joined.member_epoch, topics=("t1", "t2"))  # a new subscription: a new object
+    assert group(core).members["m1"] is not member
+    assert group(core).members["m1"].subscribed_topic_names == ("t1", "t2")
