@@ -42,24 +42,17 @@ class TopicReader:
 
     def read(self, version: int, body: bytes | memoryview) -> list[TopicInfo]:
         """The topics of a Metadata answer's body (after its header) that have a name and
-        no error; IDs made up from names where the version has none.
+        no error; IDs made up from names where the version has none."""
+        read = self.begin(version, body)
+        read.step(read.left)
+        return read.finish()
 
-        Safe to call from worker threads, two at a time too: the memory of the last answer
-        is replaced whole, and a lost one only costs reading topics again.
-        """
-        view = memoryview(body)
-        (extents,) = self._extents.pick(version, view)
-        known = self._known
-        seen: dict[bytes, TopicInfo | None] = {}
-        found: list[TopicInfo] = []
-        for ((start, end),) in extents:
-            raw = bytes(view[start:end])
-            info = known[raw] if raw in known else self._read_one(version, view, start)
-            seen[raw] = info
-            if info is not None:
-                found.append(info)
-        self._known = seen
-        return found
+    def begin(self, version: int, body: bytes | memoryview) -> TopicRead:
+        """:meth:`read`, a few topics at a time (:meth:`TopicRead.step`), so that a shell
+        can serve others in between. Two reads may overlap: the memory of the last answer
+        is replaced whole by the read that finishes last, and a lost one only costs reading
+        topics again."""
+        return TopicRead(self, version, memoryview(body))
 
     def _read_one(self, version: int, view: memoryview, start: int) -> TopicInfo | None:
         error, name, topic_id, partitions = self._topic.pick(version, view, start)
@@ -68,3 +61,41 @@ class TopicReader:
         if topic_id.int == 0:
             topic_id = uuid.uuid5(NAMESPACE, name)
         return TopicInfo(name=name, topic_id=topic_id, partitions=len(partitions))
+
+
+class TopicRead:
+    """One Metadata answer's topics, read a few at a time (see :meth:`TopicReader.begin`)."""
+
+    def __init__(self, reader: TopicReader, version: int, view: memoryview) -> None:
+        self._reader = reader
+        self._version = version
+        self._view = view
+        (self._extents,) = reader._extents.pick(version, view)
+        self._at = 0
+        self._seen: dict[bytes, TopicInfo | None] = {}
+        self._found: list[TopicInfo] = []
+
+    @property
+    def left(self) -> int:
+        """Topics still to read."""
+        return len(self._extents) - self._at
+
+    def step(self, topics: int) -> bool:
+        """Read up to ``topics`` more topics; True once all are read."""
+        reader, view, version = self._reader, self._view, self._version
+        known, seen, found = reader._known, self._seen, self._found
+        stop = min(self._at + topics, len(self._extents))
+        for ((start, end),) in self._extents[self._at : stop]:
+            raw = bytes(view[start:end])
+            info = known[raw] if raw in known else reader._read_one(version, view, start)
+            seen[raw] = info
+            if info is not None:
+                found.append(info)
+        self._at = stop
+        return not self.left
+
+    def finish(self) -> list[TopicInfo]:
+        """The topics read (every one must have been), remembered for the next answer."""
+        assert not self.left, "finish before every topic was read"
+        self._reader._known = self._seen
+        return self._found

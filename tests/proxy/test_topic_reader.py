@@ -83,3 +83,21 @@ def test_generated_answers_read_as_the_decoder_reads_them(version: int, data: st
     reader = TopicReader(METADATA.response)
     assert reader.read(version, body) == expected
     assert reader.read(version, body) == expected  # from memory
+
+
+def test_read_a_topic_at_a_time_is_read_whole() -> None:
+    topics = [(0, f"t{i}", uuid.UUID(int=i + 1), i % 3 + 1) for i in range(10)]
+    body = kafka_python(12, topics)
+    reader = TopicReader(METADATA.response)
+    read = reader.begin(12, body)
+    steps = 0
+    while not read.step(3):
+        steps += 1
+        assert read.left == 10 - 3 * steps
+    assert steps == 3 and read.left == 0
+    found = read.finish()
+    assert found == [TopicInfo(name=n, topic_id=i, partitions=c) for _, n, i, c in topics]
+    assert reader.read(12, body) == found and reader.read(12, body)[4] is found[4]  # remembered
+    unfinished = reader.begin(12, body)
+    with pytest.raises(AssertionError, match="finish before every topic was read"):
+        unfinished.finish()
