@@ -139,3 +139,12 @@ class MessageSpec:
     def is_flexible(self, version: int) -> bool:
         """True when ``version`` uses compact encodings and tagged fields (KIP-482)."""
         return version in self.flexible
+
+    def element(self, name: str) -> MessageSpec:
+        """The elements of the top-level array of structs ``name``, as a message of their
+        own (a :class:`~protocol.pick.Picker` over it reads one element where it starts)."""
+        found = next((f for f in self.fields if f.name == name), None)
+        if found is None or not (found.is_array and found.is_struct):
+            raise ValueError(f"{self.name} has no array of structs {name!r}")
+        flexible = self.flexible if found.flexible is None else found.flexible
+        return MessageSpec(f"{self.name}.{name}[]", "data", None, self.valid, flexible, found.fields)

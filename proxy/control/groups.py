@@ -54,6 +54,7 @@ from coordinator.store import GroupStore, StoreError
 from coordinator.topics import TopicInfo, TopicsSnapshot
 from proxy.control.registration import IDS_PATH, endpoints_of, parse_registration
 from proxy.control.zk import ZooKeeper
+from proxy.datapath.slices import SLICE, Slicer
 from proxy.local.ports import GroupCall, Pending
 
 log = logging.getLogger(__name__)
@@ -108,10 +109,6 @@ class GroupMetrics:
         registry.register(_GroupCollector(service))
 
 
-#: Seconds of group rechecks after a topic refresh between two scheduler passes.
-RECHECK_SLICE = 0.002
-
-
 class _GroupCollector(Collector):
     def __init__(self, service: GroupService) -> None:
         self.service = service
@@ -164,7 +161,7 @@ class GroupService:
         registry: CollectorRegistry,
         *,
         refresh_interval: float = 10.0,
-        recheck_slice: float = RECHECK_SLICE,
+        recheck_slice: float = SLICE,
         clock: Callable[[], int] = wall_ms,
         store: GroupStore | None = None,
         fleet: bool = True,
@@ -574,12 +571,10 @@ class GroupService:
         it, :attr:`recheck_slice` seconds of work at a time with a scheduler pass between
         slices: 200 groups subscribed by regex to 5,000 topics take a few hundred
         milliseconds, which no connection of the sidecar may wait for in one piece."""
-        began = time.perf_counter()
+        slicer = Slicer(self.recheck_slice)
         for group_id in self.core.install_topics(topics):
             self._apply(self.core.recheck_topics((group_id,), self.clock()))
-            if time.perf_counter() - began >= self.recheck_slice:
-                await trio.sleep(0)
-                began = time.perf_counter()
+            await slicer.turn()
 
     async def _refresh_topics(self) -> None:
         while True:

@@ -32,11 +32,9 @@ class TopicReader:
     """Reads the topics of one broker's Metadata answers (see the module docstring)."""
 
     def __init__(self, response: MessageSpec) -> None:
-        topics = next(f for f in response.fields if f.name == "Topics")
         self._extents = Picker(response, {"Topics": {EXTENT: None}})
-        element = MessageSpec(f"{response.name}.Topics[]", "data", None, response.valid, response.flexible,
-                              topics.fields)  # fmt: skip
-        self._topic = Picker(element, {"ErrorCode": None, "Name": None, "TopicId": None, "Partitions": {}})
+        self._topic = Picker(response.element("Topics"),
+                             {"ErrorCode": None, "Name": None, "TopicId": None, "Partitions": {}})
         #: The last answer's topics by their bytes (``None``: one that is not listed).
         self._known: dict[bytes, TopicInfo | None] = {}
 

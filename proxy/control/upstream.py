@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +39,7 @@ from proxy.config import HostPort, SidecarConfig
 from proxy.config.keys import ConfigError
 from proxy.control.topic_reader import TopicReader
 from proxy.datapath.errors import UpstreamError
+from proxy.datapath.slices import Slicer
 from proxy.local.ports import BrokerAddress, UpstreamInfo
 
 log = logging.getLogger(__name__)
@@ -47,10 +47,8 @@ log = logging.getLogger(__name__)
 CLIENT_ID = "ksidecar-control"
 #: How often the broker is asked again while it does not answer (seconds).
 FAST_RECHECK = 0.5
-#: The coordinator's topic refresh reads this many topics of an answer at a time ...
+#: The coordinator's topic refresh reads this many topics of an answer at a time.
 TOPICS_PER_STEP = 256
-#: ... and lets other tasks run once this many seconds of reading have passed.
-READ_SLICE = 0.002
 
 
 @dataclass(frozen=True, repr=False)
@@ -307,16 +305,13 @@ class Upstream:
         return found
 
     async def _read_topics(self, version: int, raw: memoryview) -> list[TopicInfo]:
-        """The answer's topics, :data:`TOPICS_PER_STEP` at a time with a scheduler pass once
-        :data:`READ_SLICE` seconds went by: 5,000 changed topics take tens of milliseconds,
-        which no other connection waits for in one piece. (A worker thread held the
-        interpreter in 5 ms turns, each one a wait for the event loop.)"""
+        """The answer's topics, :data:`TOPICS_PER_STEP` at a time in slices with scheduler
+        passes between them (:mod:`proxy.datapath.slices`): 5,000 changed topics take tens
+        of milliseconds, which no other connection waits for in one piece."""
         read = self._topics.begin(version, raw)
-        began = time.perf_counter()
+        slicer = Slicer()
         while not read.step(TOPICS_PER_STEP):
-            if time.perf_counter() - began >= READ_SLICE:
-                await trio.sleep(0)
-                began = time.perf_counter()
+            await slicer.turn()
         return read.finish()
 
     def _own_node_id(self, brokers: tuple[BrokerAddress, ...]) -> int | None:

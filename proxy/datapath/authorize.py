@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
-import trio
 from prometheus_client import CollectorRegistry, Counter
 
 from protocol.apis import ApiRegistry
@@ -33,6 +32,7 @@ from proxy.auth.acl.evaluate import RequestFacts
 from proxy.auth.acl.requests import checks_for
 from proxy.datapath.listing import ListingSplice
 from proxy.datapath.rewrite import reads_to_end
+from proxy.datapath.slices import Slicer
 from proxy.local.api import Context
 from proxy.local.ports import AclDirectory
 
@@ -50,10 +50,9 @@ SELF_AUTHORIZED: Final = frozenset({29, 30, 31, 48, 49, 50, 51, 57})
 LOG_EVERY = 60.0
 #: Distinct refusals remembered for :data:`LOG_EVERY` (then the memory starts over).
 LOG_MEMORY = 10_000
-#: A large answer's listing is read this many elements at a time ...
+#: A large answer's listing is read this many elements at a time, with a scheduler pass
+#: once a slice of work has gone by (:mod:`proxy.datapath.slices`).
 SLICE_ELEMENTS = 64
-#: ... with a scheduler pass once this many seconds of it have passed.
-SLICE_SECONDS = 0.002
 
 Patch = Callable[[dict[str, Any]], dict[str, Any]]
 #: Refusals of one request for the audit: ``(resource type, name, operation, mode)`` each.
@@ -131,17 +130,15 @@ class Authorization:
         return encode(api.response, version, patch(dict(value))) + trailing
 
     async def patched_in_slices(self, patch: Patch, api_key: int, version: int, body: bytes | memoryview) -> bytes:
-        """:meth:`patched`, for a large answer: a Metadata answer's topics are read
-        :data:`SLICE_SECONDS` at a time with a scheduler pass between slices, so that a
+        """:meth:`patched`, for a large answer: a Metadata answer's topics are read in
+        slices with scheduler passes between them (:mod:`proxy.datapath.slices`), so that a
         10,000-topic answer does not hold every other connection of the sidecar."""
         if api_key != METADATA:
             return self.patched(patch, api_key, version, body)
         read = self._listing(version).begin(body)
-        began = time.perf_counter()
+        slicer = Slicer()
         while not read.step(SLICE_ELEMENTS):
-            if time.perf_counter() - began >= SLICE_SECONDS:
-                await trio.sleep(0)
-                began = time.perf_counter()
+            await slicer.turn()
         return read.finish(patch, self.leniency)
 
     def _listing(self, version: int) -> ListingSplice:

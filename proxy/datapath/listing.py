@@ -34,7 +34,7 @@ from protocol.leniency import QUIET, RESPONSE, Leniency
 from protocol.pick import EXTENT, Picker
 from protocol.primitives import encode_uvarint
 from protocol.scan import TAGS, Step, Steps, length, merge_fixed, plan_field, walk
-from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
+from protocol.spec import FieldSpec
 from proxy.datapath.rewrite import field_alone, write_alone
 
 #: ``patch(answer)``: the answer (a dict holding the listing only) with the patch applied.
@@ -93,9 +93,7 @@ class ListingSplice:
                             if f.present_in(version) and not f.tagged_in(version) and not f.is_array
                             and not f.is_struct)  # fmt: skip
         #: One element: its scalar fields and its extent.
-        element = MessageSpec(f"{response.name}.{array}[]", "data", None, Versions(version, version),
-                              Versions(version, None) if self._compact else NO_VERSIONS, field.fields)  # fmt: skip
-        self._element = Picker(element, {**dict.fromkeys(self._names), EXTENT: None})
+        self._element = Picker(response.element(array), {**dict.fromkeys(self._names), EXTENT: None})
         self._element.compiled(version)
         #: A one-field message holding just the array, to encode new elements.
         self._alone = field_alone(response, field, version, flexible)

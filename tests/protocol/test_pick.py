@@ -363,3 +363,13 @@ def test_selections_that_cannot_be_picked() -> None:
     assert Picker(fetch, {"ClusterId": None}).pick(11, bytes(43)) == (None,)  # absent: default
     with pytest.raises(UnsupportedVersion):
         Picker(PRODUCE.request, PRODUCE_SELECTION).program(99)
+
+
+def test_an_element_of_an_array_of_structs_is_a_message_of_its_own() -> None:
+    topic = METADATA.response.element("Topics")
+    assert (topic.name, topic.valid, topic.flexible) == ("MetadataResponse.Topics[]", METADATA.response.valid,
+                                                         METADATA.response.flexible)
+    assert [f.name for f in topic.fields][:3] == ["ErrorCode", "Name", "TopicId"]
+    for name in ("ClusterId", "Nothing"):  # a string, and no field at all
+        with pytest.raises(ValueError, match=f"MetadataResponse has no array of structs '{name}'"):
+            METADATA.response.element(name)

@@ -194,7 +194,7 @@ def test_metadata_without_a_patch_of_its_own_still_passes_through_learning() -> 
 
 async def test_a_large_answer_is_patched_in_slices_with_other_tasks_served_between(
         autojump_clock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("proxy.datapath.authorize.SLICE_SECONDS", 0.0)
+    monkeypatch.setattr("proxy.datapath.slices.SLICE", 0.0)
     body = encode(METADATA.response, 12, big_metadata(1000, 10))
     acls = Acls(describe([], [f"topic-{t:04d}" for t in range(0, 1000, 2)]))
     authorization, patch = patch_for(acls, 12, None)
