@@ -306,9 +306,10 @@ def compile_program(program: Steps, name: str) -> Compiled:
     """``program`` as straight-line Python: fixed fields read with ``struct``, one-byte
     varints, empty tag sections, skipped arrays and nullable structs inline; longer
     varints and tag sections with tags through :func:`length` and :func:`skip_tags`. It
-    checks bounds only where a value would otherwise be wrong (the end is checked last: positions only grow, and reads past the buffer raise), and raises
-    on nulls and bad lengths rather than judging them: the interpreter (:func:`_run`)
-    stays the one reference for errors."""
+    checks bounds only where a value would otherwise be wrong (the end is checked last:
+    positions only grow, and reads past the buffer raise), and raises on nulls and bad
+    lengths rather than judging them: the interpreter (:func:`_run`) stays the one
+    reference for errors."""
     src = _Source()
     values = _emit_struct(src, program, 1)
     src.emit(1, "if pos > end:", "    raise Slow", f"return ({''.join(v + ', ' for v in values)})")

@@ -151,12 +151,13 @@ class ListingRead:
         """Read up to ``elements`` more elements; True once all are read."""
         splice, view, pos, kept = self._splice, self._view, self._pos, self._kept
         pick, version, names = splice._element.pick, splice.version, splice._names
-        for _ in range(min(elements, self.left)):
+        count = min(elements, self.left)
+        for _ in range(count):
             values = pick(version, view, pos)
             extent = values[-1]
             kept.append(Kept(dict(zip(names, values[:-1], strict=True)), extent))
             pos = extent[1]
-        self.left -= min(elements, self.left)
+        self.left -= count
         self._pos = pos
         return not self.left
 
