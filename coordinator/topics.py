@@ -50,9 +50,14 @@ class TopicsSnapshot:
         collections, which pause every connection of the sidecar.
         """
         listed = list(topics)
-        if previous is not None:
-            known = previous.by_name
-            listed = [old if (old := known.get(t.name)) == t else t for t in listed]
+        if previous is None:
+            return cls({t.name: t for t in listed}, {t.topic_id: t for t in listed})
+        known = previous.by_name
+        if len(listed) == len(known) and all(a is b for a, b in zip(listed, known.values(), strict=True)):
+            # The same topics in the same order (a reader that remembers topics gives their
+            # objects back): the previous snapshot's tables serve as they are.
+            return cls(previous.by_name, previous.by_id)
+        listed = [old if (old := known.get(t.name)) is t or old == t else t for t in listed]
         return cls({t.name: t for t in listed}, {t.topic_id: t for t in listed})
 
     def name_of(self, topic_id: UUID) -> str | None:
@@ -74,6 +79,10 @@ class TopicsSnapshot:
         topics added since only (a refresh that finds the same 5,000 topics matches nothing
         again), and loses the topics removed."""
         if not previous._matched:
+            return
+        if previous.by_name is self.by_name:  # nothing added or removed
+            for key, memo in previous._matched.items():
+                self._matched.setdefault(key, memo)
             return
         old, new = previous.by_name.keys(), self.by_name.keys()
         added = [n for n in new if n not in old and n not in INTERNAL_TOPICS]

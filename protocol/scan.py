@@ -280,6 +280,64 @@ def top_level_tags_prefix(
     return TagSection(start, tags), pos
 
 
+class TopArray:
+    """Where one top-level array of structs lies in a message of one version.
+
+    A reader that walks the elements itself, a few at a time and picking what it wants
+    from each, learns here where the count is and how many elements follow (:meth:`open`),
+    and where the message ends after the last element (:meth:`close`). Everything but the
+    array is skipped by its structure, as :func:`walk` skips it.
+    """
+
+    __slots__ = ("_after", "_before", "array", "compact", "field", "name")
+
+    def __init__(self, spec: MessageSpec, version: int, array: str) -> None:
+        flexible = spec.is_flexible(version)
+        before: list[Step] = []
+        after: list[Step] = []
+        found: FieldSpec | None = None
+        for f in spec.fields:
+            if not f.present_in(version) or f.tagged_in(version):
+                continue
+            if f.name == array:
+                found = f
+            else:
+                (before if found is None else after).extend(plan_field(f, version, flexible))
+        if flexible:
+            after.append((TAGS,))
+        if found is None or not (found.is_array and found.is_struct) or version in found.nullable:
+            raise ValueError(f"{spec.name} v{version}: {array} is not a non-null array of structs")
+        self._before: Steps = merge_fixed(before)
+        self._after: Steps = merge_fixed(after)
+        #: The message's name and the array's, for errors.
+        self.name = spec.name
+        self.array = array
+        #: The array's field.
+        self.field: FieldSpec = found
+        #: Whether the count is a compact (uvarint N+1) one.
+        self.compact = flexible if found.flexible is None else version in found.flexible
+
+    def open(self, view: memoryview) -> tuple[int, int, int]:
+        """``(at, count, first)``: where the count lies in the message at the start of
+        ``view``, how many elements it announces, and where the first one starts.
+
+        Raises :class:`~protocol.errors.DecodeError` on bytes that are not such a message
+        as far as the array, or an array that is null or announces more elements than
+        there are bytes left."""
+        end = len(view)
+        at = walk(self._before, view, 0, end)
+        count, first = length(view, at, end, self.compact, True)
+        if count < 0:
+            raise InvalidValue(f"{self.name}.{self.array}: null where not nullable")
+        if count > end - first:
+            raise Truncated(f"{self.name}.{self.array}: {count} elements announced, {end - first} byte(s) left")
+        return at, count, first
+
+    def close(self, view: memoryview, pos: int) -> int:
+        """Where the message ends, the array's last element ending at ``pos``."""
+        return walk(self._after, view, pos, len(view))
+
+
 #: Bytes a :class:`TagSectionFinder` reader is given: the longest read is a tag and its
 #: size (two varints of at most 5 bytes).
 _WINDOW = 16

@@ -21,6 +21,7 @@ from typing import Final
 
 from coordinator.topics import TopicInfo
 from protocol.pick import EXTENT, Picker
+from protocol.scan import TopArray
 from protocol.spec import MessageSpec
 
 #: The namespace of topic IDs made up from names, where a Metadata version carries none
@@ -32,9 +33,12 @@ class TopicReader:
     """Reads the topics of one broker's Metadata answers (see the module docstring)."""
 
     def __init__(self, response: MessageSpec) -> None:
-        self._extents = Picker(response, {"Topics": {EXTENT: None}})
-        self._topic = Picker(response.element("Topics"),
-                             {"ErrorCode": None, "Name": None, "TopicId": None, "Partitions": {}})
+        self._response = response
+        #: Where the topics lie, per version.
+        self._layouts: dict[int, TopArray] = {}
+        element = response.element("Topics")
+        self._extent = Picker(element, {EXTENT: None})
+        self._topic = Picker(element, {"ErrorCode": None, "Name": None, "TopicId": None, "Partitions": {}})
         #: The last answer's topics by their bytes (``None``: one that is not listed).
         self._known: dict[bytes, TopicInfo | None] = {}
 
@@ -50,7 +54,10 @@ class TopicReader:
         can serve others in between. Two reads may overlap: the memory of the last answer
         is replaced whole by the read that finishes last, and a lost one only costs reading
         topics again."""
-        return TopicRead(self, version, memoryview(body))
+        layout = self._layouts.get(version)
+        if layout is None:
+            layout = self._layouts[version] = TopArray(self._response, version, "Topics")
+        return TopicRead(self, version, layout, memoryview(body))
 
     def _read_one(self, version: int, view: memoryview, start: int) -> TopicInfo | None:
         error, name, topic_id, partitions = self._topic.pick(version, view, start)
@@ -64,32 +71,34 @@ class TopicReader:
 class TopicRead:
     """One Metadata answer's topics, read a few at a time (see :meth:`TopicReader.begin`)."""
 
-    def __init__(self, reader: TopicReader, version: int, view: memoryview) -> None:
+    def __init__(self, reader: TopicReader, version: int, layout: TopArray, view: memoryview) -> None:
         self._reader = reader
         self._version = version
+        self._layout = layout
         self._view = view
-        (self._extents,) = reader._extents.pick(version, view)
-        self._at = 0
+        #: The next topic's offset, and how many are still to read.
+        _, self.left, self._pos = layout.open(view)
         self._seen: dict[bytes, TopicInfo | None] = {}
         self._found: list[TopicInfo] = []
 
-    @property
-    def left(self) -> int:
-        """Topics still to read."""
-        return len(self._extents) - self._at
-
     def step(self, topics: int) -> bool:
         """Read up to ``topics`` more topics; True once all are read."""
-        reader, view, version = self._reader, self._view, self._version
+        reader, view, version, pos = self._reader, self._view, self._version, self._pos
         known, seen, found = reader._known, self._seen, self._found
-        stop = min(self._at + topics, len(self._extents))
-        for ((start, end),) in self._extents[self._at : stop]:
+        extent = reader._extent.pick
+        count = min(topics, self.left)
+        for _ in range(count):
+            ((start, end),) = extent(version, view, pos)
             raw = bytes(view[start:end])
             info = known[raw] if raw in known else reader._read_one(version, view, start)
             seen[raw] = info
             if info is not None:
                 found.append(info)
-        self._at = stop
+            pos = end
+        self._pos = pos
+        self.left -= count
+        if not self.left:
+            self._layout.close(view, pos)  # what follows the topics is walked, as a client would
         return not self.left
 
     def finish(self) -> list[TopicInfo]:

@@ -29,12 +29,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from protocol.apis import Api
-from protocol.errors import InvalidValue, Truncated
 from protocol.leniency import QUIET, RESPONSE, Leniency
 from protocol.pick import EXTENT, Picker
 from protocol.primitives import encode_uvarint
-from protocol.scan import TAGS, Step, Steps, length, merge_fixed, plan_field, walk
-from protocol.spec import FieldSpec
+from protocol.scan import TopArray, length
 from proxy.datapath.rewrite import field_alone, write_alone
 
 #: ``patch(answer)``: the answer (a dict holding the listing only) with the patch applied.
@@ -68,26 +66,11 @@ class ListingSplice:
         response = api.response
         self.version = version
         self.array = array
-        flexible = response.is_flexible(version)
-        before: list[Step] = []
-        after: list[Step] = []
-        field: FieldSpec | None = None
-        for f in response.fields:
-            if not f.present_in(version) or f.tagged_in(version):
-                continue
-            if f.name == array:
-                field = f
-            else:
-                (before if field is None else after).extend(plan_field(f, version, flexible))
-        if flexible:
-            after.append((TAGS,))
-        if field is None or not (field.is_array and field.is_struct) or version in field.nullable:
-            raise ValueError(f"{response.name} v{version}: {array} is not a non-null array of structs")
-        #: Skips what comes before the array, and what comes after it.
-        self._before: Steps = merge_fixed(before)
-        self._after: Steps = merge_fixed(after)
+        #: Where the listing lies, and how to skip what comes before and after it.
+        self._layout = TopArray(response, version, array)
+        field = self._layout.field
         self._name = api.name
-        self._compact = flexible if field.flexible is None else version in field.flexible
+        self._compact = self._layout.compact
         #: The element's scalar fields, picked by name.
         self._names = tuple(f.name for f in field.fields
                             if f.present_in(version) and not f.tagged_in(version) and not f.is_array
@@ -96,7 +79,7 @@ class ListingSplice:
         self._element = Picker(response.element(array), {**dict.fromkeys(self._names), EXTENT: None})
         self._element.compiled(version)
         #: A one-field message holding just the array, to encode new elements.
-        self._alone = field_alone(response, field, version, flexible)
+        self._alone = field_alone(response, field, version, response.is_flexible(version))
 
     def apply(self, patch: Patch, body: bytes | memoryview, leniency: Leniency = QUIET) -> bytes:
         """``body`` (an answer after its header) with ``patch`` applied to the listing;
@@ -135,14 +118,8 @@ class ListingRead:
     def __init__(self, splice: ListingSplice, view: memoryview) -> None:
         self._splice = splice
         self._view = view
-        end = len(view)
         #: Where the listing's count, and its first element, lie.
-        self._start = walk(splice._before, view, 0, end)
-        count, self._pos = length(view, self._start, end, splice._compact, True)
-        if count < 0:
-            raise InvalidValue(f"{splice.array}: null where not nullable")
-        if count > end - self._pos:
-            raise Truncated(f"{splice.array}: {count} elements announced, {end - self._pos} byte(s) left")
+        self._start, count, self._pos = splice._layout.open(view)
         #: Elements still to read.
         self.left = count
         self._kept: list[Kept] = []
@@ -165,9 +142,8 @@ class ListingRead:
         """The answer with ``patch`` applied (every element read)."""
         assert not self.left, "finish before every element was read"
         splice, view, kept, start = self._splice, self._view, self._kept, self._start
-        end = len(view)
         stop = self._pos
-        leniency.trailing(splice._name, RESPONSE, view, walk(splice._after, view, stop, end))
+        leniency.trailing(splice._name, RESPONSE, view, splice._layout.close(view, stop))
         answer = patch({splice.array: list(kept)})
         listing = answer.get(splice.array) or []
         if len(listing) == len(kept) and all(a is b for a, b in zip(listing, kept, strict=True)):

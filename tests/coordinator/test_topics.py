@@ -80,3 +80,28 @@ def test_a_snapshot_keeps_the_previous_objects_of_unchanged_topics() -> None:
     assert current.by_name["a"] is previous.by_name["a"]
     assert current.by_name["b"] is changed and current.by_name["c"] is fresh[2]
     assert current == TopicsSnapshot.of(fresh)
+
+
+def test_the_same_topics_in_the_same_order_share_the_previous_tables() -> None:
+    previous = snapshot({"a", "b", "c"})
+    listed = list(previous.by_name.values())
+    same = TopicsSnapshot.of(listed, previous=previous)
+    assert same.by_name is previous.by_name and same.by_id is previous.by_id
+    assert same == TopicsSnapshot.of(listed)
+    # Another order, a copy of one topic, or one topic twice: tables of their own, by hand.
+    reordered = TopicsSnapshot.of(listed[::-1], previous=previous)
+    assert reordered.by_name is not previous.by_name and reordered.by_name == previous.by_name
+    copy = TopicInfo(name=listed[0].name, topic_id=listed[0].topic_id, partitions=1)
+    assert TopicsSnapshot.of([copy, *listed[1:]], previous=previous).by_name[copy.name] is listed[0]
+    twice = TopicsSnapshot.of([listed[0], listed[0], listed[1]], previous=previous)
+    assert set(twice.by_name) == {listed[0].name, listed[1].name}
+
+
+def test_a_snapshot_of_the_same_topics_inherits_every_match_as_it_was() -> None:
+    previous = snapshot({"a1", "a2", "b1"})
+    memo = previous.matching(re.compile("a.*"))
+    assert memo == {"a1", "a2"}
+    current = TopicsSnapshot.of(list(previous.by_name.values()), previous=previous)
+    current.inherit(previous)
+    assert current._matched["a.*"] is previous._matched["a.*"]
+    assert current.matching(re.compile("a.*")) == {"a1", "a2"}

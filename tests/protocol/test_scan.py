@@ -24,6 +24,7 @@ from protocol.apis import DEFAULT_REGISTRY
 from protocol.errors import (
     DecodeError,
     InvalidTaggedFields,
+    InvalidValue,
     ProtocolError,
     TrailingBytes,
     Truncated,
@@ -32,6 +33,7 @@ from protocol.primitives import UNKNOWN_TAGS_KEY, is_default
 from protocol.scan import (
     TagSection,
     TagSectionFinder,
+    TopArray,
     message_end,
     plan,
     response_header_size,
@@ -336,3 +338,46 @@ def test_the_finder_on_hand_made_specs() -> None:
     structs = _spec(FieldSpec("Xs", "[]Inner", Versions(0, None), fields=inner), flexible=True)
     with pytest.raises(InvalidTaggedFields):  # inside an element's own tag section
         found(structs, b"\x02\x07\x02\x01\x00\x01\x00\x00\x00")
+
+
+# -- one top-level array ----------------------------------------------------------------
+
+#: MetadataResponse v0 written out by hand: one broker (1, "b1", 9092), one topic "t" with no
+#: partitions. Brokers: count (4), node id (4), host (2 + 2), port (4) = 16 bytes; the topics'
+#: count at 16, the topic from 20: error (2), name (2 + 1), partitions' count (4), to 29.
+METADATA_V0 = bytes.fromhex("00000001" "00000001" "0002") + b"b1" + bytes.fromhex(
+    "00002384" "00000001" "0000" "0001") + b"t" + bytes.fromhex("00000000")
+
+
+def test_a_top_level_array_is_found_where_written_by_hand() -> None:
+    layout = TopArray(DEFAULT_REGISTRY.api(3).response, 0, "Topics")
+    view = memoryview(METADATA_V0)
+    assert layout.open(view) == (16, 1, 20)
+    assert layout.close(view, 29) == 29 == len(METADATA_V0)
+    assert not layout.compact and layout.field.name == "Topics"
+
+
+def test_a_flexible_array_has_a_compact_count_and_the_tags_follow_it() -> None:
+    # v9: throttle (4), no brokers (1), null cluster id (1), controller (4), no topics (1),
+    # cluster authorized operations (4), no tags (1).
+    body = memoryview(bytes.fromhex("00000000" "01" "00" "00000001" "01" "80000000" "00"))
+    layout = TopArray(DEFAULT_REGISTRY.api(3).response, 9, "Topics")
+    assert layout.compact
+    assert layout.open(body) == (10, 0, 11)
+    assert layout.close(body, 11) == 16
+
+
+def test_a_null_or_overlong_array_is_refused() -> None:
+    layout = TopArray(DEFAULT_REGISTRY.api(3).response, 0, "Topics")
+    null = METADATA_V0[:16] + bytes.fromhex("ffffffff")
+    with pytest.raises(InvalidValue, match=r"MetadataResponse\.Topics: null"):
+        layout.open(memoryview(null))
+    overlong = METADATA_V0[:16] + bytes.fromhex("000003e8") + METADATA_V0[20:]
+    with pytest.raises(Truncated, match="1000 elements announced, 9 byte"):
+        layout.open(memoryview(overlong))
+
+
+@pytest.mark.parametrize(("version", "name"), [(2, "ClusterId"), (0, "NoSuchField"), (9, "ThrottleTimeMs")])
+def test_only_a_non_null_array_of_structs_is_a_top_array(version: int, name: str) -> None:
+    with pytest.raises(ValueError, match=f"v{version}: {name} is not a non-null array of structs"):
+        TopArray(DEFAULT_REGISTRY.api(3).response, version, name)

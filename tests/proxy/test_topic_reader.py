@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from coordinator.topics import TopicInfo
 from protocol.apis import DEFAULT_REGISTRY as R
+from protocol.errors import Truncated
 from protocol.schema import decode, encode
 from proxy.control.topic_reader import NAMESPACE, TopicReader
 from tests.protocol.strategies import message_values
@@ -101,3 +102,28 @@ def test_read_a_topic_at_a_time_is_read_whole() -> None:
     unfinished = reader.begin(12, body)
     with pytest.raises(AssertionError, match="finish before every topic was read"):
         unfinished.finish()
+
+
+def test_begin_reads_as_far_as_the_count_and_each_step_only_its_topics() -> None:
+    """A shell that reads 10,000 topics a few at a time must not pay for all of them at once:
+    a topic cut short is found by the step that reaches it, not before."""
+    topics = [(0, f"t{i}", uuid.UUID(int=i + 1), 2) for i in range(6)]
+    body = kafka_python(12, topics)
+    # The last topic's TopicAuthorizedOperations and tag section (4 + 1 bytes) and the
+    # answer's own tag section (1 byte) are cut off: that topic no longer ends in the body.
+    cut = body[:-6]
+    read = TopicReader(METADATA.response).begin(12, cut)
+    assert read.left == 6
+    assert not read.step(5)
+    with pytest.raises(Truncated):
+        read.step(1)
+
+
+def test_what_follows_the_topics_is_walked_once_they_are_read() -> None:
+    body = kafka_python(12, [(0, "orders", uuid.UUID(int=7), 1)])
+    # v12 ends with the topics, then the answer's tag section: one byte, 0 (no tags). A
+    # section that announces a tag with no bytes left for it is refused as a client refuses it.
+    assert body[-1] == 0
+    read = TopicReader(METADATA.response).begin(12, body[:-1] + b"\x01")
+    with pytest.raises(Truncated):
+        read.step(1)
