@@ -41,6 +41,8 @@ class TopicReader:
         self._topic = Picker(element, {"ErrorCode": None, "Name": None, "TopicId": None, "Partitions": {}})
         #: The last answer's topics by their bytes (``None``: one that is not listed).
         self._known: dict[bytes, TopicInfo | None] = {}
+        #: The last answer read whole: its version, its bytes and its topics.
+        self._last: tuple[int, bytes, list[TopicInfo]] | None = None
 
     def read(self, version: int, body: bytes | memoryview) -> list[TopicInfo]:
         """The topics of a Metadata answer's body (after its header) that have a name and
@@ -51,13 +53,14 @@ class TopicReader:
 
     def begin(self, version: int, body: bytes | memoryview) -> TopicRead:
         """:meth:`read`, a few topics at a time (:meth:`TopicRead.step`), so that a shell
-        can serve others in between. Two reads may overlap: the memory of the last answer
-        is replaced whole by the read that finishes last, and a lost one only costs reading
-        topics again."""
+        can serve others in between. An answer that is the last one's, byte for byte (a
+        cluster whose topics did not change, asked again), is read at once. Two reads may
+        overlap: the memory of the last answer is replaced whole by the read that finishes
+        last, and a lost one only costs reading topics again."""
         layout = self._layouts.get(version)
         if layout is None:
             layout = self._layouts[version] = TopArray(self._response, version, "Topics")
-        return TopicRead(self, version, layout, memoryview(body))
+        return TopicRead(self, version, layout, bytes(body))
 
     def _read_one(self, version: int, view: memoryview, start: int) -> TopicInfo | None:
         error, name, topic_id, partitions = self._topic.pick(version, view, start)
@@ -71,20 +74,31 @@ class TopicReader:
 class TopicRead:
     """One Metadata answer's topics, read a few at a time (see :meth:`TopicReader.begin`)."""
 
-    def __init__(self, reader: TopicReader, version: int, layout: TopArray, view: memoryview) -> None:
+    def __init__(self, reader: TopicReader, version: int, layout: TopArray, whole: bytes) -> None:
         self._reader = reader
         self._version = version
         self._layout = layout
-        self._view = view
-        #: The next topic's offset, and how many are still to read.
-        _, self.left, self._pos = layout.open(view)
-        self._seen: dict[bytes, TopicInfo | None] = {}
+        self._whole = whole
+        self._view = view = memoryview(whole)
+        #: The topics read so far, and the memory of them for the next answer (``None``:
+        #: this answer is the last one's, nothing to read, and the memory stays).
         self._found: list[TopicInfo] = []
+        self._seen: dict[bytes, TopicInfo | None] | None = {}
+        #: The next topic's offset, and how many are still to read.
+        self._pos = self.left = 0
+        last = reader._last
+        if last is not None and last[0] == version and last[1] == whole:
+            self._found, self._seen = list(last[2]), None
+        else:
+            _, self.left, self._pos = layout.open(view)
 
     def step(self, topics: int) -> bool:
         """Read up to ``topics`` more topics; True once all are read."""
+        seen = self._seen
+        if seen is None:
+            return True
         reader, view, version, pos = self._reader, self._view, self._version, self._pos
-        known, seen, found = reader._known, self._seen, self._found
+        known, found = reader._known, self._found
         extent = reader._extent.pick
         count = min(topics, self.left)
         for _ in range(count):
@@ -104,5 +118,7 @@ class TopicRead:
     def finish(self) -> list[TopicInfo]:
         """The topics read (every one must have been), remembered for the next answer."""
         assert not self.left, "finish before every topic was read"
-        self._reader._known = self._seen
+        if self._seen is not None:
+            self._reader._known = self._seen
+            self._reader._last = (self._version, self._whole, list(self._found))
         return self._found

@@ -34,7 +34,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.bench import procfs
 from tests.bench.kafka import (
@@ -49,6 +49,9 @@ from tests.bench.kafka import (
 )
 from tests.bench.pipeline import run_pipeline
 from tests.bench.stack import LATENCY_TARGETS, TARGETS, Stack
+
+if TYPE_CHECKING:
+    from proxy.tools.rig.sidecar import SidecarServer
 
 PRODUCE_VERSION = 10
 PRODUCE_WINDOW = 5
@@ -348,13 +351,13 @@ def _percentiles(rtts: list[float]) -> dict[str, float]:
             "samples": float(len(ordered))}
 
 
-def _own_time_buckets(stack: Stack, api: str) -> dict[float, float]:
+def own_time_buckets(sidecar: SidecarServer | None, api: str) -> dict[float, float]:
     """The sidecar's ``ksidecar_sidecar_latency_seconds`` buckets for ``api`` (cumulative)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    assert stack.sidecar is not None
+    assert sidecar is not None
     buckets: dict[float, float] = {}
-    for family in text_string_to_metric_families(stack.sidecar.scrape()):
+    for family in text_string_to_metric_families(sidecar.scrape()):
         if family.name != "ksidecar_sidecar_latency_seconds":
             continue
         for sample in family.samples:
@@ -363,7 +366,7 @@ def _own_time_buckets(stack: Stack, api: str) -> dict[float, float]:
     return buckets
 
 
-def _bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
     """The upper bound (ms) of the histogram bucket holding quantile ``q`` of the new samples."""
     bounds = sorted(after)
     counts = [after[b] - before.get(b, 0.0) for b in bounds]
@@ -384,12 +387,12 @@ def _latency(
     (``ksidecar_sidecar_latency_seconds``): comparing that with the added latency the
     client sees separates the sidecar's own work from waiting to be scheduled.
     """
-    before = _own_time_buckets(stack, api) if target == "sidecar" else {}
+    before = own_time_buckets(stack.sidecar, api) if target == "sidecar" else {}
     out = _percentiles(open_loop(stack.address(target), frame, rate, seconds))
     if target == "sidecar":
-        after = _own_time_buckets(stack, api)
-        out["own_p50_ms_le"] = _bucket_quantile(before, after, 0.50)
-        out["own_p99_ms_le"] = _bucket_quantile(before, after, 0.99)
+        after = own_time_buckets(stack.sidecar, api)
+        out["own_p50_ms_le"] = bucket_quantile(before, after, 0.50)
+        out["own_p99_ms_le"] = bucket_quantile(before, after, 0.99)
     return out
 
 

@@ -99,7 +99,7 @@ def test_read_a_topic_at_a_time_is_read_whole() -> None:
     found = read.finish()
     assert found == [TopicInfo(name=n, topic_id=i, partitions=c) for _, n, i, c in topics]
     assert reader.read(12, body) == found and reader.read(12, body)[4] is found[4]  # remembered
-    unfinished = reader.begin(12, body)
+    unfinished = reader.begin(12, kafka_python(12, topics[:5]))
     with pytest.raises(AssertionError, match="finish before every topic was read"):
         unfinished.finish()
 
@@ -127,3 +127,21 @@ def test_what_follows_the_topics_is_walked_once_they_are_read() -> None:
     read = TopicReader(METADATA.response).begin(12, body[:-1] + b"\x01")
     with pytest.raises(Truncated):
         read.step(1)
+
+
+def test_an_answer_that_is_the_last_one_byte_for_byte_is_read_at_once() -> None:
+    topics = [(0, f"t{i}", uuid.UUID(int=i + 1), 2) for i in range(4)]
+    body = kafka_python(12, topics)
+    reader = TopicReader(METADATA.response)
+    first = reader.read(12, body)
+    again = reader.begin(12, bytearray(body))  # equal bytes, another buffer
+    assert again.left == 0 and again.step(100)
+    second = again.finish()
+    assert second == first and second is not first and all(a is b for a, b in zip(second, first, strict=True))
+    # The same topics at another version, or one byte changed (the throttle time, first in
+    # v12), are read topic by topic; unchanged topics are still the objects remembered.
+    assert reader.begin(11, kafka_python(11, topics)).left == 4
+    throttled = b"\x00\x00\x00\x05" + body[4:]
+    read = reader.begin(12, throttled)
+    assert read.left == 4 and read.step(4)
+    assert all(a is b for a, b in zip(read.finish(), first, strict=True))
