@@ -160,6 +160,9 @@ class ListenerAuth:
 class TerminatingGate:
     """Admission on a listener where the sidecar authenticates (see the module docstring)."""
 
+    #: The broker's answers teach this gate nothing: they may be streamed.
+    reads_responses = False
+
     def __init__(self, session: Session) -> None:
         self.session = session
 
@@ -184,9 +187,15 @@ class TerminatingGate:
         }
         return Refusal(admission.value, details[admission])
 
+    def on_response(self, record: InFlight, body: memoryview) -> None:
+        """Nothing to learn: the sidecar itself answered the login."""
+
 
 class PassthroughGate:
     """Reads the principal from an exchange the broker performs; lets everything pass."""
+
+    #: The broker's answers say whether a login succeeded: each is read whole.
+    reads_responses = True
 
     def __init__(self, auth: ListenerAuth, holder: PrincipalHolder, registry: ApiRegistry) -> None:
         self.auth = auth
@@ -240,5 +249,16 @@ class PassthroughGate:
             self.auth.record(self.holder, mechanism, "failure", "the broker refused it")
 
 
-#: The gate a connection on a SASL listener holds.
-Gate = TerminatingGate | PassthroughGate
+class Gate(Protocol):
+    """A connection's admission rule (:class:`TerminatingGate`, :class:`PassthroughGate`)."""
+
+    #: Whether :meth:`on_response` needs each broker answer whole (no cut-through).
+    reads_responses: bool
+
+    def admit(self, body: memoryview, now: float, in_sasl_exchange: bool) -> Verdict:
+        """Pass (``None``), :data:`RAW_TOKEN`, or a :class:`Refusal` for one client frame."""
+        ...
+
+    def on_response(self, record: InFlight, body: memoryview) -> None:
+        """See the broker's answer to a request this gate let pass."""
+        ...

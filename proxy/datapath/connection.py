@@ -36,7 +36,7 @@ request header is decoded (from a bounded view, :data:`HEADER_VIEW`); metric chi
 resolved once per API; the idle timeout is one sweeper for the sidecar
 (:mod:`proxy.datapath.idle`), not a task or a cancel scope per connection; responses are
 only scanned, never decoded, unless they name brokers; a large response with nothing
-ahead of it goes on while it arrives (:meth:`Connection._stream_response`).
+ahead of it goes on while it arrives (:mod:`proxy.datapath.streaming`).
 """
 
 from __future__ import annotations
@@ -57,23 +57,31 @@ from protocol.errors import FrameError, ProtocolError
 from protocol.framing import EOF, NEED_DATA, size_prefix
 from protocol.headers import RequestHeader, encode_response_header, peek_correlation_id
 from protocol.leniency import QUIET, Leniency
-from protocol.scan import response_header_size
 from protocol.schema import encode
-from proxy.auth.acl.enforce import Answer as Refused
-from proxy.auth.acl.enforce import Forward as Narrowed
-from proxy.auth.acl.enforce import Refuse
-from proxy.auth.gate import RAW_TOKEN, Gate, PassthroughGate, Refusal
+from proxy.auth.gate import Gate
 from proxy.config.settings import ConnectionSettings
-from proxy.datapath.authorize import REFRESH, Authorization, Denials, Patch
+from proxy.datapath.authorize import Authorization, Denials, Patch
+from proxy.datapath.dispatch import (
+    Answer,
+    Close,
+    Dispatch,
+    Forward,
+    PatchLater,
+    Refresh,
+    RequestFilter,
+)
 from proxy.datapath.errors import ConnectionClosed, UpstreamError, frame_cause, reason_of
 from proxy.datapath.frames import FrameBuffer
 from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import MAIN, RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.responder import Responses, Slot
-from proxy.datapath.routing import FORWARD, OPAQUE, UNPARSED, UNSUPPORTED, Router, Streaming
+from proxy.datapath.routing import Router, Streaming
+from proxy.datapath.streaming import stream_response
 from proxy.datapath.wire import Wire, wire_for
-from proxy.local.api import Answer, Close, Context, Later, LocalApi, LocalRequest, Respond
+from proxy.local.api import Answer as LocalAnswer
+from proxy.local.api import Close as LocalClose
+from proxy.local.api import Context, Later, Respond
 
 log = logging.getLogger(__name__)
 
@@ -85,18 +93,15 @@ RECEIVE_SIZE = 65536
 #: through the event loop and a chunk the frame decoder gathers.
 UPSTREAM_RECEIVE_SIZE = 262144
 #: A response with at least this much still to come when its head arrives is forwarded
-#: as it arrives (cut-through, :meth:`Connection._stream_response`) when nothing is
-#: ahead of it for the client.
+#: as it arrives (cut-through, :mod:`proxy.datapath.streaming`) when nothing is ahead of it
+#: for the client.
 STREAM_MIN = 131072
-#: Reads of a response being forwarded as it arrives: each is written before the next,
-#: through one buffer of this size that stays in the CPU's cache.
-STREAM_CHUNK = 262144
 #: Header decoding is given at most this much of a frame: a request header or a
 #: response's correlation id lies in the first bytes (a longer header is retried on the
 #: whole frame), so a megabyte Produce is never copied to read its header.
 HEADER_VIEW = 65536
 #: An answer the ACLs patch at least this large is patched in slices by a task of its own
-#: (:meth:`Connection._patch_later`), the event loop serving other connections in between.
+#: (:meth:`Dispatch.patch_in_slices`), the event loop serving other connections in between.
 PATCH_LATER_MIN = 262144
 #: acks=0 Produce requests remembered per connection in case the broker answers them.
 MAX_SILENT_PRODUCES = 1024
@@ -136,6 +141,22 @@ class Parts:
     idle: IdleSweeper | None = None
     #: Reads request bodies the sidecar answers by its one rule (docs/protocol.md, "Leniency").
     leniency: Leniency = QUIET
+    #: The operators' request filters (``filter.class.names``), after the built-in ones.
+    filters: tuple[RequestFilter, ...] = ()
+    #: The decisions (:mod:`proxy.datapath.dispatch`); built from the parts above when not given.
+    dispatch: Dispatch | None = None
+
+    def __post_init__(self) -> None:
+        if self.dispatch is None:
+            object.__setattr__(self, "dispatch", Dispatch(
+                self.registry, self.router, self.metrics, self.filters, authorization=self.authorization,
+                leniency=self.leniency))
+
+    @property
+    def decisions(self) -> Dispatch:
+        """:attr:`dispatch`, never ``None`` once built."""
+        assert self.dispatch is not None
+        return self.dispatch
 
 
 @dataclass
@@ -148,7 +169,6 @@ class ConnectionStats:
     #: Requests sent to the broker (acks=0 Produce included).
     forwarded: int = 0
     forwarded_bytes: int = 0
-    rewritten: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -161,11 +181,11 @@ class Connection:
     """
 
     __slots__ = (
-        "_expired", "_held", "_nursery", "_pool", "_reading", "_receive_scope", "_stop", "_unsent", "_upstream",
-        "_upstream_wire", "_writer_started", "_writing", "client", "client_wire", "context",
-        "frame_began", "gate", "last_receive", "listener", "max_buffered", "max_in_flight",
-        "metrics", "parts", "peer", "registry", "responses", "router", "silent_produces",
-        "stats", "tap", "tracker", "upstream_answered", "upstream_expected", "upstream_slots",
+        "_expired", "_held", "_nursery", "_pool", "_reading", "_receive_scope", "_stop", "_unsent",
+        "_upstream", "_upstream_wire", "_writer_started", "_writing", "client", "client_wire", "context",
+        "dispatch", "frame_began", "gate", "last_receive", "listener", "max_buffered", "max_in_flight",
+        "metrics", "parts", "peer", "registry", "responses", "silent_produces", "stats", "tap", "tracker",
+        "upstream_answered", "upstream_expected", "upstream_slots",
     )  # fmt: skip
 
     def __init__(self, parts: Parts, client: trio.abc.Stream, context: Context) -> None:
@@ -179,7 +199,8 @@ class Connection:
         self.max_in_flight = settings.max_in_flight
         self.max_buffered = settings.max_buffered_bytes
         self.registry = parts.registry
-        self.router = parts.router
+        #: What becomes of each request and response (:mod:`proxy.datapath.dispatch`).
+        self.dispatch = parts.decisions
         self.metrics = parts.metrics
         #: The hand-off to observers (KIP-388); ``None`` when there are none: no cost.
         self.tap = parts.tap(context)
@@ -441,14 +462,16 @@ class Connection:
             await self.responses.wait_for_room()
 
     async def _on_request(self, frame: memoryview, parts: list[bytes | memoryview]) -> None:
+        """Carry out what the dispatch decides for one request frame."""
         body = frame[4:]
+        dispatch = self.dispatch
         gate = self.gate
         if gate is not None:
-            verdict = gate.admit(body, trio.current_time(), self.tracker.in_sasl_exchange)
-            if isinstance(verdict, Refusal):
-                raise ConnectionClosed(verdict.reason, verdict.detail)
-            if verdict is RAW_TOKEN:
-                await self._raw_token(frame, parts)
+            admitted = dispatch.admit(gate, body, trio.current_time(), self.tracker.in_sasl_exchange, self.context)
+            if isinstance(admitted, Close):
+                raise ConnectionClosed(admitted.reason, admitted.detail)
+            if admitted is not None:  # a raw SASL token, answered by the SASL local API
+                await self._raw_token(admitted.answer, frame, parts)
                 return
         try:
             record = self._classify(body)
@@ -464,70 +487,24 @@ class Connection:
         assert header is not None
         api = metrics.for_api(header.api_key)
         api.request_bytes.inc(len(frame))
-        route = self.router.route(header, body, self.context)
-        patch: Patch | None = None
-        denials: Denials = ()
-        authorization = self.parts.authorization
-        if route is OPAQUE or route is UNPARSED:
-            route = self._unparsed(route, header)
-        if authorization is not None and route is not UNSUPPORTED and route is not OPAQUE:
-            local = isinstance(route, LocalApi)
-            try:
-                action, denials = authorization.check(header, body[header.size :], self.context,
-                                                      record.expects_response, local=local)
-                if action is REFRESH:  # topic IDs nobody named yet: ask the broker, once
-                    await self._send_upstream(parts)
-                    self._deliver()
-                    await authorization.refresh()
-                    action, denials = authorization.check(header, body[header.size :], self.context,
-                                                          record.expects_response, local=local, refreshed=True)
-            except ProtocolError as exc:  # a body that cannot be read cannot be authorized
-                raise ConnectionClosed("bad_request", f"api key {header.api_key} v{header.api_version}: {exc}") from None
-            if isinstance(action, Refuse):
-                raise ConnectionClosed("authorization_failed", action.reason)
-            if isinstance(action, Refused):
-                api.requests(header.api_version, "refused").inc()
-                await self._local(Respond(body=action.body), record, api, frame, now, parts, denials)
-                return
-            if isinstance(action, Narrowed):
-                patch = action.patch
-                if action.body is not None:
-                    head = body[: header.size]
-                    frame = memoryview(size_prefix(len(head) + len(action.body)) + bytes(head) + action.body)
-                    body = frame[4:]
-        if route is FORWARD or route is OPAQUE:
-            api.requests(header.api_version, route).inc()
-            self._forward(record, api, frame, parts, now, patch, denials)
-            return
-        if isinstance(route, LocalApi):
-            api.requests(header.api_version, "local").inc()
-            answer = self._call(route, header, body)
-            if patch is not None:
-                answer = self._patch_local(answer, patch, header)
-            await self._local(answer, record, api, frame, now, parts, denials)
-            return
-        api.requests(header.api_version, "unsupported").inc()
-        self._unsupported(record, header, api, frame, now)
-
-    def _unparsed(self, route: str, header: RequestHeader) -> str:
-        """A request the broker serves and the sidecar cannot parse (``route`` OPAQUE or
-        UNPARSED, by ``sidecar.unparsed.request.policy``): counted per key and version; closed
-        (UNPARSED); or forwarded as it is (OPAQUE), except where ACLs are enforced and the
-        principal is not a super user: what cannot be read cannot be authorized, so it is
-        answered as unsupported."""
-        authorization = self.parts.authorization
-        if route is OPAQUE and authorization is not None \
-                and self.context.principal not in authorization.acls.authorizer.super_users:
-            route = UNSUPPORTED
-        outcome = {OPAQUE: "forwarded", UNPARSED: "closed"}.get(route, "answered")
-        self.metrics.unparsed.labels(str(header.api_key), str(header.api_version), outcome).inc()
-        if route is UNPARSED:
-            raise ConnectionClosed(
-                "unparsed_request",
-                f"api key {header.api_key} v{header.api_version} is served by the broker but not parsed here "
-                "(sidecar.unparsed.request.policy=close)",
-            )
-        return route
+        decision = dispatch.decide(header, frame, self.context, record.expects_response)
+        if isinstance(decision, Refresh):  # topic IDs nobody named yet: ask the broker, once
+            await self._send_upstream(parts)
+            self._deliver()
+            await decision.wait()
+            decision = dispatch.decide(header, frame, self.context, record.expects_response, refreshed=True)
+        if isinstance(decision, Forward):
+            api.requests(header.api_version, decision.route.value).inc()
+            self._forward(record, api, decision.frame, parts, now, decision.patch, decision.denials)
+        elif isinstance(decision, Answer):
+            api.requests(header.api_version, decision.outcome).inc()
+            await self._local(decision.answer, record, api, frame, now, parts, decision.denials)
+        elif isinstance(decision, Close):
+            raise ConnectionClosed(decision.reason, decision.detail)
+        else:
+            assert not isinstance(decision, Refresh), "a refresh is asked for once"
+            api.requests(header.api_version, "unsupported").inc()
+            self._unsupported(record, header, api, frame, now)
 
     def _unsupported(
         self, record: InFlight, header: RequestHeader, api: ApiMetrics, frame: memoryview, now: float
@@ -547,25 +524,9 @@ class Connection:
         slot = self._local_slot(record, api, frame, now)
         self.responses.fill(slot, response, now)
 
-    def _call(self, local: LocalApi, header: RequestHeader, body: memoryview) -> Answer:
-        """Decode the request for a local API and ask its handler."""
-        raw = body[header.size :]
-        decoded = None
-        if local.decode:
-            api = self.registry.api(header.api_key)
-            try:
-                decoded = self.parts.leniency.request(api, header.api_version, raw)
-            except ProtocolError as exc:  # a body we cannot read: Kafka closes the connection too
-                raise ConnectionClosed("bad_request", f"{api.name} v{header.api_version}: {exc}") from None
-        request = LocalRequest(header=header, body=decoded, raw=bytes(raw))
-        try:
-            return local.handler(request, self.context)
-        except ProtocolError as exc:  # a handler that reads the raw body found it unreadable
-            raise ConnectionClosed("bad_request", f"{local.name} v{header.api_version}: {exc}") from None
-
     async def _local(
         self,
-        answer: Answer,
+        answer: LocalAnswer,
         record: InFlight,
         api: ApiMetrics,
         frame: memoryview,
@@ -603,7 +564,7 @@ class Connection:
         else:
             await self._close(answer, record, slot)
 
-    async def _close(self, close: Close, record: InFlight, slot: Slot) -> NoReturn:
+    async def _close(self, close: LocalClose, record: InFlight, slot: Slot) -> NoReturn:
         """End the connection: the last answer in its place, every owed answer out, linger."""
         if close.answer is not None:
             self.responses.fill(slot, self._encode(record, close.answer), trio.current_time())
@@ -625,30 +586,6 @@ class Connection:
         else:
             self.responses.written()
 
-    def _patch_local(self, answer: Answer, patch: Patch, header: RequestHeader) -> Answer:
-        """A local answer with the ACL patch applied (now, or when an answer-later comes)."""
-        if isinstance(answer, Respond):
-            return self._patch_respond(answer, patch, header)
-        if isinstance(answer, Later):
-            later = answer
-
-            async def patched_later() -> Respond | Close:
-                done = await later.answer()
-                return self._patch_respond(done, patch, header) if isinstance(done, Respond) else done
-
-            return Later(answer=patched_later, hold=later.hold)
-        return answer
-
-    def _patch_respond(self, answer: Respond, patch: Patch, header: RequestHeader) -> Respond:
-        if answer.raw:
-            return answer
-        if isinstance(answer.body, bytes):
-            assert self.parts.authorization is not None
-            version = header.api_version if answer.version is None else answer.version
-            patched = self.parts.authorization.patched(patch, header.api_key, version, answer.body)
-            return Respond(body=patched, version=answer.version)
-        return Respond(body=patch(dict(answer.body)), version=answer.version)
-
     def _encode(self, record: InFlight, answer: Respond) -> bytes:
         if answer.raw:
             assert isinstance(answer.body, bytes)
@@ -661,17 +598,13 @@ class Connection:
         head = encode_response_header(header.correlation_id, spec.response_header_version(version))
         return size_prefix(len(head) + len(body)) + head + body
 
-    async def _raw_token(self, frame: memoryview, parts: list[bytes | memoryview]) -> None:
-        """A raw SASL token after a v0 handshake: the SASL local API answers it."""
-        answer_token = self.router.table.raw_token
-        if answer_token is None:  # a gate marks raw tokens only where SASL is terminated
-            raise ConnectionClosed("bad_frame", "raw SASL token on a listener without SASL")
+    async def _raw_token(self, answer: LocalAnswer, frame: memoryview, parts: list[bytes | memoryview]) -> None:
+        """A raw SASL token after a v0 handshake, answered by the SASL local API."""
         now = trio.current_time()
         self.stats.requests += 1
         record = InFlight(FrameKind.SASL_TOKEN, None, True)
         api = self.metrics.for_label("SaslToken")
         api.request_bytes.inc(len(frame))
-        answer = answer_token(bytes(frame[4:]), self.context)
         await self._local(answer, record, api, frame, now, parts)
 
     def _local_slot(self, record: InFlight, api: ApiMetrics, frame: memoryview, now: float) -> Slot:
@@ -787,7 +720,7 @@ class Connection:
             if frame is NEED_DATA and decoder.gathering - decoder.buffered >= STREAM_MIN:
                 streaming = self._streamable(decoder)
                 if streaming is not None:
-                    await self._stream_response(decoder, wire, streaming)
+                    await self._stream_response(decoder, streaming)
 
     @overload
     async def _read_upstream(self, wire: Wire, into: None) -> bytes | bytearray: ...
@@ -816,9 +749,8 @@ class Connection:
         """Whether the large response being gathered may go to the client as it arrives.
 
         Only when nothing is ahead of it for the client (its slot heads the FIFO and no
-        write is under way, the writer's included), when no ACL patch or login depends on
-        it whole, and when rewriting it needs at most its tag section
-        (:meth:`Router.streaming`).
+        write is under way, the writer's included), when no login depends on it whole, and
+        when no response filter needs it whole (:meth:`Dispatch.streaming`).
         """
         slots = self.upstream_slots
         if not slots or self.responses.slots[0] is not slots[0] or self._writing \
@@ -827,104 +759,55 @@ class Connection:
             return None
         slot = slots[0]
         header = slot.record.header
-        if header is None or slot.patch is not None or slot.record.sasl_mechanism is not None \
-                or isinstance(self.gate, PassthroughGate):
+        if header is None or slot.record.sasl_mechanism is not None:
             return None
-        return self.router.streaming(header)
+        return self.dispatch.streaming(header, slot.patch, self.gate)
 
-    async def _stream_response(self, decoder: FrameBuffer, wire: Wire, streaming: Streaming) -> None:
-        """Forward the response being gathered while it arrives (cut-through).
-
-        Store-and-forward read a whole Fetch response (megabytes) before its first byte
-        went on, into a buffer of its size written once more from memory; here each read
-        of :data:`STREAM_CHUNK` bytes is written to the client before the next, through one
-        buffer that stays in the CPU's cache (``python -m tests.bench consume --baseline``:
-        the sidecar's CPU a fifth to a third lower, tests/bench/RESULTS.md). Everything else about the answer is as for
-        a whole one: the correlation id is checked before a byte goes on; a response that
-        can name a broker (KIP-951 ``NodeEndpoints``) holds back its top-level tag section,
-        found as the bytes pass (:class:`~protocol.scan.TagSectionFinder`), and rewrites it
-        in its own length since the size prefix has gone; observers get the whole frame;
-        the held-back rest fills the slot and leaves through the responder as any answer.
-        A broker that stops mid-response, or a response that cannot be read, ends the
-        connection as it would have before a byte went on.
-        """
+    async def _stream_response(self, decoder: FrameBuffer, streaming: Streaming) -> None:
+        """Forward the response being gathered while it arrives (:mod:`proxy.datapath.streaming`)."""
         slot = self.upstream_slots[0]
         try:
-            await self._stream(slot, decoder, wire, streaming)
+            await stream_response(self, slot, decoder, self.dispatch.router, streaming)
         except ProtocolError as exc:  # passing on a response we cannot read could leak a broker
             raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
 
-    async def _stream(self, slot: Slot, decoder: FrameBuffer, wire: Wire, streaming: Streaming) -> None:
-        """:meth:`_stream_response`, raising the scanner's errors for what it cannot read."""
-        size = decoder.gathering
-        head = memoryview(decoder.take_partial())
+    # The streaming link (proxy.datapath.streaming.Link).
+
+    @property
+    def observed(self) -> bool:
+        """Whether observers get each exchange (then a streamed answer is kept whole too)."""
+        return self.tap is not None
+
+    def begin_stream(self, body: memoryview) -> None:
+        """A streamed answer starts: paired with its request; the client's wire is its own."""
         self._writing = True  # nothing else may go to the client until this answer is out
-        header_size = response_header_size(head[4:], slot.record.response_header_version)
-        finder = streaming.finder(size - 4 - header_size)
-        self._answered(head[4:])
-        # Observers get the whole frame: then it is read in place, as a whole answer is,
-        # and forwarded from there; else through one small buffer that stays in cache.
-        whole = bytearray(size) if self.tap is not None else None
-        if whole is not None:
-            whole[: len(head)] = head
-        body_at = 4 + header_size  # where the body starts in the frame
-        sent = 0
-        held = bytearray()  # bytes read and not forwarded yet: [sent, received)
-        received = 0
-        chunk: bytearray | None = None
-        data = head
-        while True:
-            first = received  # data holds the frame's bytes [first, received)
-            received += len(data)
-            ready = received  # the frame's bytes that may go to the client now
-            if finder is not None:
-                finder.feed(data[max(0, body_at - first) :])
-                ready = body_at + finder.safe
-            if ready <= sent:
-                held += data
-            elif ready <= first:  # part of what was held back may go
-                await self._send_client([bytes(held[: ready - sent])])
-                held = held[ready - sent :] + data
-                sent = ready
-            else:
-                cut = ready - first
-                await self._send_client([memoryview(held), data[:cut]] if held else [data[:cut]])
-                held = bytearray(data[cut:])
-                sent = ready
-            if received == size:
-                break
-            if whole is not None:
-                data = memoryview(whole)[received : received + STREAM_CHUNK]
-            else:
-                if chunk is None:
-                    chunk = bytearray(STREAM_CHUNK)
-                data = memoryview(chunk)[: min(STREAM_CHUNK, size - received)]
-            count = await self._read_upstream(wire, data)
-            if not count:
-                self._link_ended(len(self.upstream_slots) + 1)  # this one is owed too
-            data = data[:count]
-        rest = bytes(held)
-        if finder is not None:
-            rewritten = self.router.rewrite_section(streaming, rest)
-            if rewritten is not None:
-                rest = rewritten
-                self.stats.rewritten += 1
-                if whole is not None:
-                    whole[size - len(rest) :] = rest
+        self._answered(body)
+
+    async def read_upstream(self, into: memoryview) -> int:
+        """A read from the broker for a streamed answer (the link ending ends the connection)."""
+        assert self._upstream_wire is not None
+        count = await self._read_upstream(self._upstream_wire, into)
+        if not count:
+            self._link_ended(len(self.upstream_slots) + 1)  # the one streaming is owed too
+        return count
+
+    async def send_client(self, parts: list[bytes | memoryview]) -> None:
+        """Write to the client from the upstream pump (a streamed answer)."""
+        await self.client_wire.send_parts(parts)
+
+    def end_stream(self, slot: Slot, rest: bytes, sent: int, whole: memoryview | None) -> None:
+        """A streamed answer is in: its held-back rest fills its slot."""
         slot.streamed = sent
-        slot.whole = memoryview(whole) if whole is not None else None
+        slot.whole = whole
         slot.api.streamed.inc()
         self._writing = False
         self.responses.fill(slot, rest, trio.current_time())
         self._deliver()
 
-    async def _send_client(self, parts: list[bytes | memoryview]) -> None:
-        """Write to the client from the upstream pump (a response forwarded as it arrives)."""
-        await self.client_wire.send_parts(parts)
-
     def _answered(self, body: memoryview) -> InFlight:
         """Pair a response with its request (the oldest forwarded): the correlation id is
-        checked, a login the broker accepted is noted, the slot leaves the broker's queue."""
+        checked, the gate sees it (a login the broker accepted), the slot leaves the
+        broker's queue."""
         view = body
         if len(body) > HEADER_VIEW and not (
             self.upstream_slots and self.upstream_slots[0].record.sasl_mechanism is not None
@@ -934,8 +817,8 @@ class Connection:
             record = self.tracker.on_response(view)
         except ProtocolError as exc:
             raise ConnectionClosed("correlation_mismatch", str(exc)) from None
-        if isinstance(self.gate, PassthroughGate):
-            self.gate.on_response(record, view)  # did the broker accept a login?
+        if self.gate is not None:
+            self.gate.on_response(record, view)
         self.upstream_answered += 1
         slot = self.upstream_slots.popleft()
         assert slot.record is record
@@ -949,55 +832,30 @@ class Connection:
         # a SaslHandshake v0 succeeded: it gets a bounded view of anything else.
         slot = self.upstream_slots[0]
         record = self._answered(body)
-        data: bytes | memoryview = frame
         header = record.header
-        if header is not None:
-            try:
-                rewritten = self.router.rewrite_response(header, record.response_header_version, body)
-            except ProtocolError as exc:
-                # Passing on a response we cannot read could leak a broker address.
-                raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
-            if rewritten is not None:
-                data = rewritten
-                self.stats.rewritten += 1
-            if slot.patch is not None:
-                if len(data) >= PATCH_LATER_MIN and self._nursery is not None:
-                    # Its slot waits, and every answer after it; other connections do not.
-                    self._nursery.start_soon(self._patch_later, slot, header, record.response_header_version,
-                                             bytes(data))
-                    return
-                data = self._patch_response(slot.patch, header, record.response_header_version, data)
+        if header is None:  # a raw SASL token's answer
+            self.responses.fill(slot, frame, trio.current_time())
+            return
+        data = self.dispatch.response(header, record.response_header_version, frame, slot.patch,
+                                      patch_later_min=PATCH_LATER_MIN if self._nursery is not None else None)
+        if isinstance(data, Close):
+            raise ConnectionClosed(data.reason, data.detail)
+        if isinstance(data, PatchLater):
+            # Its slot waits, and every answer after it; other connections do not.
+            assert self._nursery is not None and slot.patch is not None
+            self._nursery.start_soon(self._patch_later, slot, header, record.response_header_version, data.data)
+            return
         self.responses.fill(slot, data, trio.current_time())
 
     async def _patch_later(self, slot: Slot, header: RequestHeader, header_version: int, data: bytes) -> None:
-        """:meth:`_patch_response` for a large answer, in slices (runs in the connection's
-        nursery): then its slot is filled and what follows it goes too."""
-        authorization = self.parts.authorization
-        assert authorization is not None and slot.patch is not None
-        body = memoryview(data)[4:]
-        try:
-            head_size = response_header_size(body, header_version)
-            patched = await authorization.patched_in_slices(slot.patch, header.api_key, header.api_version,
-                                                            body[head_size:])
-        except ProtocolError as exc:
-            raise ConnectionClosed("bad_response", f"api key {header.api_key} response: {exc}") from None
-        framed = size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
-        self.responses.fill(slot, framed, trio.current_time())
+        """A large answer's ACL patch, in slices (runs in the connection's nursery): then its
+        slot is filled and what follows it goes too."""
+        assert slot.patch is not None
+        patched = await self.dispatch.patch_in_slices(slot.patch, header, header_version, data)
+        if isinstance(patched, Close):
+            raise ConnectionClosed(patched.reason, patched.detail)
+        self.responses.fill(slot, patched, trio.current_time())
         self._deliver()
-
-    def _patch_response(self, patch: Patch, header: RequestHeader, header_version: int,
-                        data: bytes | memoryview) -> bytes:
-        """The broker's answer with the ACL patch applied (refused entries added, listings
-        filtered)."""
-        authorization = self.parts.authorization
-        assert authorization is not None
-        body = memoryview(data)[4:]
-        try:
-            head_size = response_header_size(body, header_version)
-            patched = authorization.patched(patch, header.api_key, header.api_version, body[head_size:])
-        except ProtocolError as exc:
-            raise ConnectionClosed("bad_response", f"api key {header.api_key} response: {exc}") from None
-        return size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
 
     def _unasked(self, body: memoryview) -> bool:
         """True (and counted) for a broker's answer to a Produce with acks=0: dropped.

@@ -10,6 +10,7 @@ answers it (KIP-35) or closes, by policy. Responses that name brokers are rewrit
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,14 +21,26 @@ from proxy.datapath.rewrite import SITES, Rewriter, rewrites_tags_only, rewrites
 from proxy.local.api import Context, LocalApi, LocalApiTable
 from proxy.local.ports import UpstreamView
 
-#: What :meth:`Router.route` returns for forwarded and unsupported requests.
-FORWARD = "forwarded"
-UNSUPPORTED = "unsupported"
-#: A request the broker serves but the sidecar cannot parse, forwarded as it is
-#: (``sidecar.unparsed.request.policy=forward``).
-OPAQUE = "opaque"
-#: The same under ``sidecar.unparsed.request.policy=close``: the connection is closed.
-UNPARSED = "unparsed"
+
+class Route(enum.Enum):
+    """Where a request goes when no local API takes it (:meth:`Router.route`); the value
+    is the outcome label of ``ksidecar_requests_total``."""
+
+    #: To the broker, with its original bytes.
+    FORWARD = "forwarded"
+    #: Nobody serves it: a KIP-35 answer, or the connection closed, by policy.
+    UNSUPPORTED = "unsupported"
+    #: The broker serves it but the sidecar cannot parse it: forwarded as it is
+    #: (``sidecar.unparsed.request.policy=forward``).
+    OPAQUE = "opaque"
+    #: The same under ``sidecar.unparsed.request.policy=close``: the connection is closed.
+    UNPARSED = "unparsed"
+
+
+FORWARD = Route.FORWARD
+UNSUPPORTED = Route.UNSUPPORTED
+OPAQUE = Route.OPAQUE
+UNPARSED = Route.UNPARSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +80,8 @@ class Router:
         #: ``sidecar.unparsed.request.policy``: ``answer``, ``forward`` or ``close``.
         self.unparsed_policy = unparsed_policy
 
-    def route(self, header: RequestHeader, body: memoryview, context: Context) -> LocalApi | str:
-        """The local API that answers this request, or :data:`FORWARD`, :data:`UNSUPPORTED`,
-        :data:`OPAQUE` or :data:`UNPARSED`.
+    def route(self, header: RequestHeader, body: memoryview, context: Context) -> LocalApi | Route:
+        """The local API that answers this request, or a :class:`Route`.
 
         A request the broker advertises but the sidecar cannot parse goes by
         ``sidecar.unparsed.request.policy``: answered as unsupported (``answer``), forwarded

@@ -244,7 +244,8 @@ async def through_a_connection(body: bytes, requests: int) -> tuple[list[bytes],
     answers: list[bytes] = []
     async with trio.open_nursery() as nursery:
         h = await build(nursery, broker=MetadataBroker())
-        h.connection.parts = dataclasses.replace(h.connection.parts, authorization=authorization)
+        h.connection.parts = dataclasses.replace(h.connection.parts, authorization=authorization, dispatch=None)
+        h.connection.dispatch = h.connection.parts.decisions
         h.connection.context.principal = ALICE
         nursery.start_soon(h.connection.run)
         for cid in range(1, requests + 1):

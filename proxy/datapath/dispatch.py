@@ -1,0 +1,427 @@
+"""What becomes of each request and response: decided here, carried out by the connection (sans-IO).
+
+Theory of operation. A :class:`~proxy.datapath.connection.Connection` moves bytes: it reads
+frames, keeps the response order, writes. What to *do* with a request is a chain of
+**request filters**, each a plain object that sees a :class:`Request` (its header, its frame,
+who sent it, where the router would send it) and returns one of:
+
+* ``None``: nothing to say, the next filter decides;
+* a changed :class:`Request` (its frame rewritten, a patch for its answer, refusals noted
+  for the audit), which the next filter sees;
+* a **decision**, which ends the chain: :class:`Forward` (the frame to the broker, as it came
+  or changed), :class:`Answer` (a local answer: now, later, or a last answer before closing),
+  :class:`Unsupported` (KIP-35), :class:`Close`, or :class:`Refresh` (wait for something,
+  then decide again).
+
+Each filter declares the API keys it wants (:attr:`RequestFilter.api_keys`); the chain for a
+key is built once, so a filter is never called, and nothing is decoded for it, for a request
+it does not want. The built-in chain, in order:
+
+1. the unparsed-request policy (:class:`UnparsedPolicy`): requests the broker serves and the
+   sidecar cannot parse are forwarded opaque, answered or closed
+   (``sidecar.unparsed.request.policy``);
+2. Kafka ACLs (:class:`AclFilter`, with ``sidecar.authorizer=acls``): pass, answer the
+   refusal, forward a narrowed request and patch its answer, or close;
+3. the operators' filters (``filter.class.names``, :mod:`proxy.datapath.filters`);
+4. the route itself (:meth:`Dispatch.decide`'s last step): a local API's handler is called
+   (its body decoded once, by the leniency rule), a forwarded request goes as it is.
+
+Before the chain, a SASL listener's **gate** sees every frame (:meth:`Dispatch.admit`): a
+frame before authentication closes the connection, a raw token after a v0 handshake goes to
+the SASL local API. After it, **response filters** (:meth:`Dispatch.response`): the gate
+reads a login's outcome where the broker authenticates, broker addresses are rewritten, the
+ACL patch is applied (a large answer in slices, :meth:`Dispatch.patch_in_slices`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from protocol.apis import ApiRegistry
+from protocol.errors import ProtocolError
+from protocol.framing import size_prefix
+from protocol.headers import RequestHeader
+from protocol.leniency import QUIET, Leniency
+from protocol.scan import response_header_size
+from proxy.auth.acl.enforce import Answer as Refused
+from proxy.auth.acl.enforce import Forward as Narrowed
+from proxy.auth.acl.enforce import Refuse
+from proxy.auth.gate import RAW_TOKEN, Gate, Refusal
+from proxy.datapath.authorize import REFRESH, Authorization, Denials, Patch
+from proxy.datapath.metrics import SidecarMetrics
+from proxy.datapath.routing import Route, Router, Streaming
+from proxy.local.api import Answer as LocalAnswer
+from proxy.local.api import Close as LocalClose
+from proxy.local.api import Context, Later, LocalApi, LocalRequest, Respond
+
+__all__ = [
+    "AclFilter",
+    "Answer",
+    "Close",
+    "Decision",
+    "Dispatch",
+    "Forward",
+    "PatchLater",
+    "Refresh",
+    "Request",
+    "RequestFilter",
+    "UnparsedPolicy",
+    "Unsupported",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request as the filters see it."""
+
+    header: RequestHeader
+    #: The whole frame, size prefix included (a filter that changes the body makes a new one).
+    frame: memoryview
+    context: Context
+    #: Where the router sends it: a local API, or a :class:`~proxy.datapath.routing.Route`.
+    route: LocalApi | Route
+    #: False for a Produce with acks=0 (no answer may be sent).
+    expects_response: bool
+    #: Asked again after a :class:`Refresh`.
+    refreshed: bool = False
+    #: Applied to the answer before the client gets it (ACL narrowing).
+    patch: Patch | None = None
+    #: What was refused (or in shadow mode would have been), for the audit.
+    denials: Denials = ()
+
+    @property
+    def body(self) -> memoryview:
+        """The request's body, after its header."""
+        return self.frame[4 + self.header.size :]
+
+    def with_body(self, body: bytes) -> Request:
+        """This request with another body (the header's bytes kept as the client sent them)."""
+        head = self.frame[4 : 4 + self.header.size]
+        frame = memoryview(size_prefix(len(head) + len(body)) + bytes(head) + body)
+        return dataclasses.replace(self, frame=frame)
+
+
+# -- decisions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send ``frame`` to the broker (the client's, or a filter's change of it)."""
+
+    frame: memoryview
+    #: ``ksidecar_requests_total``'s outcome: forwarded, or opaque (not parsed here).
+    route: Route = Route.FORWARD
+    patch: Patch | None = None
+    denials: Denials = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The sidecar answers: a local API's answer, or a refusal shaped as Kafka's."""
+
+    answer: LocalAnswer
+    #: ``ksidecar_requests_total``'s outcome: ``local``, or ``refused`` (ACLs, policy).
+    outcome: str = "local"
+    denials: Denials = ()
+    #: A raw SASL token's answer (no Kafka header on either side).
+    raw_token: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    """Nobody serves it: a KIP-35 answer, or the connection closed
+    (``sidecar.unsupported.request.policy``, and always for acks=0)."""
+
+
+#: The one :class:`Unsupported` decision.
+UNSUPPORTED = Unsupported()
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """End the connection with no answer (``reason``: the ``ksidecar_connections_closed`` label)."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """Await ``wait()``, then decide again (``Request.refreshed`` set): topic IDs nobody has
+    named yet are learned from the broker once. What the connection gathered for the
+    broker goes first."""
+
+    wait: Callable[[], Awaitable[None]]
+
+
+Decision = Forward | Answer | Unsupported | Close | Refresh
+
+
+@dataclass(frozen=True, slots=True)
+class PatchLater:
+    """A response too large to patch in one piece: :meth:`Dispatch.patch_in_slices` it."""
+
+    data: bytes
+
+
+# -- filters --------------------------------------------------------------------------------
+
+
+class RequestFilter(Protocol):
+    """One link of the request chain (see the module docstring)."""
+
+    #: The API keys the filter sees (``None``: every request).
+    @property
+    def api_keys(self) -> frozenset[int] | None:
+        """The API keys the filter sees (``None``: every request)."""
+        ...
+
+    def on_request(self, request: Request) -> Request | Decision | None:
+        """``None`` to pass, a changed request, or a decision."""
+        ...
+
+
+class UnparsedPolicy:
+    """``sidecar.unparsed.request.policy`` for a request the broker serves and the sidecar
+    cannot parse: counted per key and version; closed (``close``), or forwarded as it is
+    (``forward``), except where ACLs are enforced and the principal is not a super user:
+    what cannot be read cannot be authorized, so it is answered as unsupported."""
+
+    api_keys = None
+
+    def __init__(self, metrics: SidecarMetrics, authorization: Authorization | None) -> None:
+        self._metrics = metrics
+        self._authorization = authorization
+
+    def on_request(self, request: Request) -> Request | Decision | None:
+        """See the class docstring."""
+        route = request.route
+        if route is not Route.OPAQUE and route is not Route.UNPARSED:
+            return None
+        header = request.header
+        authorization = self._authorization
+        if route is Route.OPAQUE and authorization is not None \
+                and request.context.principal not in authorization.acls.authorizer.super_users:
+            route = Route.UNSUPPORTED
+        outcome = {Route.OPAQUE: "forwarded", Route.UNPARSED: "closed"}.get(route, "answered")
+        self._metrics.unparsed.labels(str(header.api_key), str(header.api_version), outcome).inc()
+        if route is Route.UNPARSED:
+            return Close("unparsed_request",
+                         f"api key {header.api_key} v{header.api_version} is served by the broker but not parsed "
+                         "here (sidecar.unparsed.request.policy=close)")
+        return dataclasses.replace(request, route=route) if route is not request.route else None
+
+
+class AclFilter:
+    """Kafka ACLs (``sidecar.authorizer=acls``): the thin link between the chain and
+    :class:`~proxy.datapath.authorize.Authorization`."""
+
+    api_keys = None
+
+    def __init__(self, authorization: Authorization) -> None:
+        self._authorization = authorization
+
+    def on_request(self, request: Request) -> Request | Decision | None:
+        """Pass, answer the refusal, forward a narrowed request with its answer's patch,
+        ask for a refresh of topic IDs, or close."""
+        route = request.route
+        if route is Route.UNSUPPORTED or route is Route.OPAQUE:
+            return None
+        header = request.header
+        authorization = self._authorization
+        try:
+            action, denials = authorization.check(header, request.body, request.context, request.expects_response,
+                                                  local=isinstance(route, LocalApi), refreshed=request.refreshed)
+        except ProtocolError as exc:  # a body that cannot be read cannot be authorized
+            return Close("bad_request", f"api key {header.api_key} v{header.api_version}: {exc}")
+        if action is REFRESH:
+            return Refresh(authorization.refresh)
+        if isinstance(action, Refuse):
+            return Close("authorization_failed", action.reason)
+        if isinstance(action, Refused):
+            return Answer(Respond(body=action.body), outcome="refused", denials=denials)
+        changed = dataclasses.replace(request, denials=request.denials + denials)
+        if isinstance(action, Narrowed):
+            changed = dataclasses.replace(changed, patch=action.patch)
+            if action.body is not None:
+                changed = changed.with_body(action.body)
+        return changed if changed != request else None
+
+
+# -- the chain ------------------------------------------------------------------------------
+
+
+class Dispatch:
+    """The decisions for every connection of one listener (see the module docstring)."""
+
+    def __init__(
+        self,
+        registry: ApiRegistry,
+        router: Router,
+        metrics: SidecarMetrics,
+        filters: Sequence[RequestFilter] = (),
+        *,
+        authorization: Authorization | None = None,
+        leniency: Leniency = QUIET,
+    ) -> None:
+        self.registry = registry
+        self.router = router
+        self.authorization = authorization
+        self.leniency = leniency
+        builtin: list[RequestFilter] = [UnparsedPolicy(metrics, authorization)]
+        if authorization is not None:
+            builtin.append(AclFilter(authorization))
+        #: The whole chain, in order.
+        self.filters: tuple[RequestFilter, ...] = (*builtin, *filters)
+        self._by_key: dict[int, tuple[RequestFilter, ...]] = {}
+
+    def chain(self, api_key: int) -> tuple[RequestFilter, ...]:
+        """The filters that see requests of ``api_key``, in order (built once per key)."""
+        chain = self._by_key.get(api_key)
+        if chain is None:
+            chain = self._by_key[api_key] = tuple(
+                f for f in self.filters if f.api_keys is None or api_key in f.api_keys)
+        return chain
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def admit(self, gate: Gate, body: memoryview, now: float, in_sasl_exchange: bool,
+              context: Context) -> Answer | Close | None:
+        """A SASL listener's gate on one frame: ``None`` (a request: on to :meth:`decide`),
+        the SASL local API's answer to a raw token, or a refusal that closes."""
+        verdict = gate.admit(body, now, in_sasl_exchange)
+        if verdict is None:
+            return None
+        if isinstance(verdict, Refusal):
+            return Close(verdict.reason, verdict.detail)
+        assert verdict is RAW_TOKEN
+        answer_token = self.router.table.raw_token
+        if answer_token is None:  # a gate marks raw tokens only where SASL is terminated
+            return Close("bad_frame", "raw SASL token on a listener without SASL")
+        return Answer(answer_token(bytes(body), context), raw_token=True)
+
+    def decide(self, header: RequestHeader, frame: memoryview, context: Context, expects_response: bool,
+               *, refreshed: bool = False) -> Decision:
+        """What to do with one request (``frame``: size prefix, header and body)."""
+        request = Request(header=header, frame=frame, context=context, expects_response=expects_response,
+                          route=self.router.route(header, frame[4:], context), refreshed=refreshed)
+        for link in self.chain(header.api_key):
+            outcome = link.on_request(request)
+            if outcome is None:
+                continue
+            if not isinstance(outcome, Request):
+                return outcome
+            request = outcome
+        return self._route(request)
+
+    def _route(self, request: Request) -> Decision:
+        """The chain's last step: where the router sends what no filter decided."""
+        route = request.route
+        if route is Route.FORWARD or route is Route.OPAQUE:
+            return Forward(request.frame, route, request.patch, request.denials)
+        if isinstance(route, LocalApi):
+            answer = self._call(route, request)
+            if isinstance(answer, Close):
+                return answer
+            if request.patch is not None:
+                answer = self._patch_local(answer, request.patch, request.header)
+            return Answer(answer, denials=request.denials)
+        return UNSUPPORTED
+
+    def _call(self, local: LocalApi, request: Request) -> LocalAnswer | Close:
+        """Decode the request for a local API (once) and ask its handler."""
+        header, raw = request.header, request.body
+        decoded = None
+        if local.decode:
+            api = self.registry.api(header.api_key)
+            try:
+                decoded = self.leniency.request(api, header.api_version, raw)
+            except ProtocolError as exc:  # a body we cannot read: Kafka closes the connection too
+                return Close("bad_request", f"{api.name} v{header.api_version}: {exc}")
+        try:
+            return local.handler(LocalRequest(header=header, body=decoded, raw=bytes(raw)), request.context)
+        except ProtocolError as exc:  # a handler that reads the raw body found it unreadable
+            return Close("bad_request", f"{local.name} v{header.api_version}: {exc}")
+
+    def _patch_local(self, answer: LocalAnswer, patch: Patch, header: RequestHeader) -> LocalAnswer:
+        """A local answer with the ACL patch applied (now, or when an answer-later comes)."""
+        if isinstance(answer, Respond):
+            return self._patch_respond(answer, patch, header)
+        if isinstance(answer, Later):
+            later = answer
+
+            async def patched_later() -> Respond | LocalClose:
+                done = await later.answer()
+                return self._patch_respond(done, patch, header) if isinstance(done, Respond) else done
+
+            return Later(answer=patched_later, hold=later.hold)
+        return answer
+
+    def _patch_respond(self, answer: Respond, patch: Patch, header: RequestHeader) -> Respond:
+        if answer.raw:
+            return answer
+        if isinstance(answer.body, bytes):
+            assert self.authorization is not None
+            version = header.api_version if answer.version is None else answer.version
+            patched = self.authorization.patched(patch, header.api_key, version, answer.body)
+            return Respond(body=patched, version=answer.version)
+        return Respond(body=patch(dict(answer.body)), version=answer.version)
+
+    # -- responses --------------------------------------------------------------------------
+
+    def streaming(self, header: RequestHeader, patch: Patch | None, gate: Gate | None) -> Streaming | None:
+        """How the answer to ``header`` may go to the client while it arrives, or ``None``
+        when a response filter needs it whole: an ACL patch, a gate reading the broker's
+        answers, or broker addresses outside its tag section."""
+        if patch is not None or (gate is not None and gate.reads_responses):
+            return None
+        return self.router.streaming(header)
+
+    def response(self, header: RequestHeader, header_version: int, frame: memoryview, patch: Patch | None,
+                 *, patch_later_min: int | None = None) -> bytes | memoryview | PatchLater | Close:
+        """The answer the client gets for the broker's ``frame`` (size prefix included):
+        broker addresses rewritten, then the ACL patch applied; one of at least
+        ``patch_later_min`` bytes with a patch is left to :meth:`patch_in_slices`."""
+        body = frame[4:]
+        data: bytes | memoryview = frame
+        try:
+            rewritten = self.router.rewrite_response(header, header_version, body)
+        except ProtocolError as exc:  # passing on a response we cannot read could leak a broker
+            return Close("bad_response", f"api key {header.api_key} response: {exc}")
+        if rewritten is not None:
+            data = rewritten
+        if patch is None:
+            return data
+        if patch_later_min is not None and len(data) >= patch_later_min:
+            return PatchLater(bytes(data))
+        return self._patched(patch, header, header_version, data)
+
+    def _patched(self, patch: Patch, header: RequestHeader, header_version: int,
+                 data: bytes | memoryview) -> bytes | Close:
+        authorization = self.authorization
+        assert authorization is not None
+        body = memoryview(data)[4:]
+        try:
+            head_size = response_header_size(body, header_version)
+            patched = authorization.patched(patch, header.api_key, header.api_version, body[head_size:])
+        except ProtocolError as exc:
+            return Close("bad_response", f"api key {header.api_key} response: {exc}")
+        return size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
+
+    async def patch_in_slices(self, patch: Patch, header: RequestHeader, header_version: int,
+                              data: bytes) -> bytes | Close:
+        """:meth:`response`'s patch for a large answer, read a few elements at a time with
+        scheduler passes between them, so that other connections are served meanwhile."""
+        authorization = self.authorization
+        assert authorization is not None
+        body = memoryview(data)[4:]
+        try:
+            head_size = response_header_size(body, header_version)
+            patched = await authorization.patched_in_slices(patch, header.api_key, header.api_version,
+                                                            body[head_size:])
+        except ProtocolError as exc:
+            return Close("bad_response", f"api key {header.api_key} response: {exc}")
+        return size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
