@@ -193,6 +193,28 @@ def _str(key: str, value: str) -> str:
     return value.strip()
 
 
+def _regex(key: str, value: str) -> str:
+    """A regular expression (matched whole, as Kafka matches its patterns), or empty."""
+    text = value.strip()
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ConfigError(f"{key}={value!r}: not a regular expression: {exc}") from None
+    return text
+
+
+#: Record batch compression types by Kafka's names (``compression.type``).
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def _compressions(key: str, value: str) -> frozenset[str]:
+    names = {n.strip().lower() for n in value.split(",") if n.strip()}
+    unknown = sorted(names - set(COMPRESSION_TYPES))
+    if unknown:
+        raise ConfigError(f"{key}={value!r}: {', '.join(unknown)} not among {', '.join(COMPRESSION_TYPES)}")
+    return frozenset(names)
+
+
 def _features_override(key: str, value: str) -> str:
     try:
         parse_supported_override(value)
@@ -546,6 +568,48 @@ KEYS: tuple[Key, ...] = (
         "Password of the control connection's user (never logged).", _str),
     Key("sidecar.log.level", "enum", "info", "Log level.",
         _choice("debug", "info", "warning", "error"), "debug|info|warning|error"),
+    # Request filters (docs/filters.md). Filters also get every other filter.* key.
+    Key("filter.class.names", "list", "",
+        "Request filters to run, in order, after the built-in ones (the unparsed-request policy, "
+        "then the ACLs): `policy` (built in, the `policy.*` keys) or an import path "
+        "(`pkg.mod.Class`, `pkg.mod:Class`). Each is constructed with no arguments and "
+        "configured with every `filter.*` and `policy.*` key. Empty: none (free).",
+        _str, "name[,...]"),
+    Key("policy.mode", "enum", "enforce",
+        "The `policy` filter: `enforce` refuses what the policy does not allow; `shadow` refuses "
+        "nothing but logs, counts and audits every request that would be refused.",
+        _choice("enforce", "shadow"), "enforce|shadow"),
+    Key("policy.client.id.pattern", "string", "",
+        "The `policy` filter: every request but ApiVersions and SASL must carry a client id the "
+        "whole of which this regular expression matches (else POLICY_VIOLATION). Empty: any.",
+        _regex, "a regular expression"),
+    Key("policy.acks.all.topics.pattern", "string", "",
+        "The `policy` filter: a Produce to a topic the whole of whose name this regular "
+        "expression matches must have acks=all (-1): acks=1 is answered INVALID_REQUIRED_ACKS, "
+        "an acks=0 producer's connection is closed. Empty: none.",
+        _regex, "a regular expression"),
+    Key("policy.produce.max.records", "int", "0",
+        "The `policy` filter: the most records one Produce request may carry (POLICY_VIOLATION "
+        "above it). 0: no cap.", _int(0), ">= 0"),
+    Key("policy.produce.max.bytes", "int", "0",
+        "The `policy` filter: the most record bytes one Produce request may carry "
+        "(POLICY_VIOLATION above it). 0: no cap.", _int(0), ">= 0"),
+    Key("policy.compression.types.refused", "list", "",
+        "The `policy` filter: record batch compression types a Produce may not use "
+        "(UNSUPPORTED_COMPRESSION_TYPE), comma-separated among none, gzip, snappy, lz4, zstd.",
+        _compressions, "type[,...]"),
+    Key("policy.create.topics.partitions.min", "int", "0",
+        "The `policy` filter: CreateTopics of fewer partitions is refused (POLICY_VIOLATION, per "
+        "topic, as Kafka's create.topic.policy.class.name). 0: no minimum.", _int(0), ">= 0"),
+    Key("policy.create.topics.partitions.max", "int", "0",
+        "The `policy` filter: CreateTopics of more partitions is refused. 0: no maximum.",
+        _int(0), ">= 0"),
+    Key("policy.create.topics.replication.factor.min", "int", "0",
+        "The `policy` filter: CreateTopics with a lower replication factor is refused. 0: no "
+        "minimum.", _int(0), ">= 0"),
+    Key("policy.create.topics.name.pattern", "string", "",
+        "The `policy` filter: a topic to create must have a name the whole of which this regular "
+        "expression matches. Empty: any.", _regex, "a regular expression"),
     # Observers (KIP-388; docs/observers.md). Observers also get every other observer.* key.
     Key("observer.class.names", "list", "",
         "Observers to load, comma-separated: a built-in name (`audit`, `prometheus`), an import "
@@ -673,6 +737,8 @@ def build_config(raw: Mapping[str, str]) -> SidecarConfig:
             tags[name[4:]] = value
         elif name.startswith("observer."):
             observer[name] = value
+        elif name.startswith("filter."):
+            pass  # an operator's filter's own key (filter_entries)
         elif name.startswith("listener.name."):
             listener, _, sub_key = name[len("listener.name.") :].partition(".")
             if sub_key not in LISTENER_KEYS:
@@ -746,6 +812,18 @@ def observer_entries(config: SidecarConfig) -> dict[str, str]:
         if key.name.startswith("observer.")
     }
     entries.update(config.observer)
+    return {k: v for k, v in entries.items() if v}
+
+
+def filter_entries(config: SidecarConfig) -> dict[str, str]:
+    """What request filters are configured with: every ``filter.*`` and ``policy.*`` key as
+    a string (the documented ones with their defaults), empty ones left out."""
+    entries = {
+        key.name: config.raw.get(key.name, key.default or "").strip()
+        for key in KEYS
+        if key.name.startswith(("filter.", "policy."))
+    }
+    entries.update({k: v.strip() for k, v in config.raw.items() if k.startswith("filter.")})
     return {k: v for k, v in entries.items() if v}
 
 

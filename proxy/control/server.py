@@ -21,6 +21,7 @@ from protocol.apis import PRODUCE, ApiRegistry
 from protocol.leniency import RESPONSE, Leniency
 from proxy.auth.gate import Gate, ListenerAuth
 from proxy.config import Endpoint, HostPort, SidecarConfig
+from proxy.config.keys import filter_entries
 from proxy.config.settings import (
     ConnectionSettings,
     SaslSettings,
@@ -50,6 +51,7 @@ from proxy.datapath.addressing import (
 )
 from proxy.datapath.authorize import Authorization
 from proxy.datapath.connection import Connection, Parts
+from proxy.datapath.filters import FilterMetrics, load_filters
 from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import SidecarMetrics
@@ -160,6 +162,9 @@ class Sidecar:
         self.authorization = None if self.acls is None else Authorization(
             self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow",
             leniency=self.leniency)
+        #: The operators' request filters (``filter.class.names``), in order, shared by every listener.
+        self.filters = tuple(load_filters(config["filter.class.names"], filter_entries(config), self.registry,
+                                          FilterMetrics(self.metrics.registry), leniency=self.leniency))
         if self.groups is not None and self.acls is not None and config["sidecar.authorizer.mode"] == "enforce":
             # KIP-848 regexes resolve only to topics the member's principal may Describe.
             self.groups.core.ctx.topic_access = self.acls.describable
@@ -396,6 +401,7 @@ class Sidecar:
             authorization=self.authorization,
             idle=self.idle,
             leniency=self.leniency,
+            filters=self.filters,
         )
         return parts
 

@@ -500,6 +500,8 @@ class Connection:
             api.requests(header.api_version, decision.outcome).inc()
             await self._local(decision.answer, record, api, frame, now, parts, decision.denials)
         elif isinstance(decision, Close):
+            if decision.denials and self.tap is not None:  # a refusal that could not be answered (acks=0)
+                self._observe(Slot(record, api, now, local=True, request=frame, denials=decision.denials), None, now)
             raise ConnectionClosed(decision.reason, decision.detail)
         else:
             assert not isinstance(decision, Refresh), "a refresh is asked for once"

@@ -142,10 +142,12 @@ UNSUPPORTED = Unsupported()
 
 @dataclass(frozen=True, slots=True)
 class Close:
-    """End the connection with no answer (``reason``: the ``ksidecar_connections_closed`` label)."""
+    """End the connection with no answer (``reason``: the ``ksidecar_connections_closed``
+    label); ``denials``: what was refused, for the audit of the request that closed it."""
 
     reason: str
     detail: str
+    denials: Denials = ()
 
 
 @dataclass(frozen=True, slots=True)
