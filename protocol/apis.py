@@ -8,7 +8,7 @@ and which spec decodes its body.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from protocol.errors import UnknownApiKey, UnsupportedVersion
@@ -69,21 +69,32 @@ class Api:
 
 
 class ApiRegistry:
-    """All APIs this process knows, Kafka's plus BrokerMetadata at ``broker_metadata_key``."""
+    """All APIs this process knows, Kafka's plus BrokerMetadata at ``broker_metadata_key``.
 
-    def __init__(self, broker_metadata_key: int = extensions.BROKER_METADATA_API_KEY) -> None:
+    ``requests``/``responses`` default to the generated table; a bump passes the table it
+    is about to write, to render the docs' API table from it.
+    """
+
+    def __init__(
+        self,
+        broker_metadata_key: int = extensions.BROKER_METADATA_API_KEY,
+        *,
+        requests: Mapping[int, MessageSpec] = REQUESTS,
+        responses: Mapping[int, MessageSpec] = RESPONSES,
+    ) -> None:
         if not 0 <= broker_metadata_key <= 0x7FFF:
             raise ValueError(f"BrokerMetadata API key {broker_metadata_key} is not an int16 >= 0")
-        if broker_metadata_key <= KAFKA_MAX_API_KEY:
+        highest = max(requests)
+        if broker_metadata_key <= highest:
             # Kafka assigns keys densely; the gaps in our table are controller-only or
             # ZooKeeper-era APIs (4-7 included), which are Kafka's all the same.
             raise ValueError(
                 f"BrokerMetadata API key {broker_metadata_key} collides with Kafka's API keys "
-                f"(0-{KAFKA_MAX_API_KEY})"
+                f"(0-{highest})"
             )
         apis: dict[int, Api] = {}
-        for key, request in REQUESTS.items():
-            response = RESPONSES[key]
+        for key, request in requests.items():
+            response = responses[key]
             apis[key] = Api(key, request.name.removesuffix("Request"), request, response)
         apis[broker_metadata_key] = Api(
             broker_metadata_key,

@@ -22,9 +22,14 @@ range differs from the manifest, or when a structural copy no longer matches its
 digest; anyone holding a checkout can check the blob ids with
 ``git ls-tree <commit> clients/src/main/resources/common/message``.
 
-Usage::
+Usage: a bump is one command, :mod:`protocol.bump`, which reads the tag from a local git
+directory of apache/kafka, imports with this module, regenerates the table and writes the
+change report into docs/protocol.md::
 
-    git -C kafka checkout 13f70256db3c994c590e5d262a7cc50b9e973204   # the 4.1.0 tag
+    python -m protocol.bump 4.1.0 --kafka-git /path/to/kafka.git
+
+This module's own command imports an already extracted directory (no report)::
+
     python -m protocol.release --kafka-messages kafka/clients/src/main/resources/common/message \\
         --release 4.1.0 --commit 13f70256db3c994c590e5d262a7cc50b9e973204
     python -m protocol.codegen
@@ -223,11 +228,17 @@ def _entry(path: Path, raw: RawSpec) -> dict[str, Any]:
 
 
 def import_release(
-    messages_dir: Path, release: str, commit: str, out_dir: Path = KAFKA_SPEC_DIR
+    messages_dir: Path,
+    release: str,
+    commit: str,
+    out_dir: Path = KAFKA_SPEC_DIR,
+    errors: Mapping[int, str] | None = None,
 ) -> list[str]:
     """Write the structural copies and the manifest; return the names of the copies.
 
     ``out_dir`` is emptied of ``*.json`` first, so a spec dropped by a newer release goes.
+    ``errors`` (code -> name, from the release's ``Errors.java``) is recorded in the
+    manifest when given, so the next bump can report the error codes a release added.
     """
     if not _COMMIT_RE.fullmatch(commit):
         raise ReleaseError(f"commit must be 40 lowercase hex digits, not {commit!r}")
@@ -257,13 +268,15 @@ def import_release(
         stale.unlink()
     for name, text in copies.items():
         (out_dir / name).write_text(text, encoding="utf-8")
-    manifest = {
+    manifest: dict[str, Any] = {
         "release": release,
         "commit": commit,
         "repository": "https://github.com/apache/kafka",
         "path": KAFKA_MESSAGE_PATH,
         "files": files,
     }
+    if errors is not None:
+        manifest["errors"] = {str(code): errors[code] for code in sorted(errors)}
     (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return sorted(copies)
 

@@ -16,7 +16,10 @@ Produce from version 0 (KAFKA-18659, for librdkafka) but rejects versions 0-2 (K
 and ``validVersions`` says 3. A profile captured from such a broker says 0: it records
 what the broker advertised, not what it refuses.
 
-Regenerating the table (a developer's step; the jobs only read it)::
+A bump of the protocol pin (``python -m protocol.bump``) adds its releases to the table
+with ``--keep`` (the releases already there are kept as they are, so the git directory
+needs only the new tags). Regenerating the whole table (a developer's step; the jobs only
+read it)::
 
     python -m spark_jobs.kafka_releases --git /path/to/kafka.git [--git another.git] \\
         --release 3.9=84caaa6e9da06435411510a81fa321d4f99c351f \\
@@ -197,9 +200,23 @@ def holding(repos: Sequence[Path], commit: str) -> Path:
     raise SystemExit(f"no git directory given has commit {commit}")
 
 
-def render(repos: Sequence[Path], releases: Mapping[str, str]) -> str:
+def read_entries(repos: Sequence[Path], releases: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Table entries (tag, commit, apis) for ``releases`` (name → commit), each read from
+    the first of ``repos`` that has its commit."""
+    entries: dict[str, dict[str, Any]] = {}
+    for name, commit in releases.items():
+        repo = holding(repos, commit)
+        tags = _git(repo, "tag", "--points-at", commit).split()
+        entries[name] = {"tag": tags[0] if tags else name + ".0", "commit": commit,
+                         "apis": read_release(repo, commit)}
+    return entries
+
+
+def render(repos: Sequence[Path], releases: Mapping[str, str], *, keep: bool = False) -> str:
     """The source of :mod:`spark_jobs.kafka_release_table` for ``releases`` (name → commit),
-    each read from the first of ``repos`` that has its commit."""
+    each read from the first of ``repos`` that has its commit. With ``keep``, the releases
+    the table holds now stay as they are (a bump adds its own without the older commits)."""
+    entries = {**(RELEASES if keep else {}), **read_entries(repos, releases)}
     lines = [
         '"""API versions each Kafka release serves, per API key: (name, min, max).',
         "",
@@ -212,15 +229,14 @@ def render(repos: Sequence[Path], releases: Mapping[str, str]) -> str:
         "",
         "RELEASES: dict[str, dict[str, Any]] = {",
     ]
-    for name, commit in releases.items():
-        repo = holding(repos, commit)
-        tags = _git(repo, "tag", "--points-at", commit).split()
-        apis = read_release(repo, commit)
+    for name in sorted(entries, key=lambda n: tuple(int(p) for p in n.split("."))):
+        entry = entries[name]
+        apis = entry["apis"]
         lines += [f"    {name!r}: {{",
-                  f"        'tag': {(tags[0] if tags else name + '.0')!r},",
-                  f"        'commit': {commit!r},",
+                  f"        'tag': {entry['tag']!r},",
+                  f"        'commit': {entry['commit']!r},",
                   "        'apis': {"]
-        lines += [f"            {key}: {apis[key]!r}," for key in sorted(apis)]
+        lines += [f"            {key}: {tuple(apis[key])!r}," for key in sorted(apis)]
         lines += ["        },", "    },"]
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -234,9 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="a git directory of apache/kafka or a fork (repeatable)")
     p.add_argument("--release", action="append", required=True, metavar="NAME=COMMIT",
                    help="a release and the commit its tag names (repeatable)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the releases the table holds now, adding or replacing these")
     args = p.parse_args(argv)
     releases = dict(item.split("=", 1) for item in args.release)
-    sys.stdout.write(render(args.git, releases))
+    sys.stdout.write(render(args.git, releases, keep=args.keep))
     return 0
 
 

@@ -1,8 +1,10 @@
 """Differential tests against kio (Aiven-Open), a second implementation generated from Kafka's specs.
 
-kio 0.6.5 is generated from Apache Kafka 4.2.0's JSON message specs by its own generator, and
-reads and writes with its own (Rust) codecs: nothing is shared with ours but the JSON. For
-every request and response of every API in our table, at every version kio has, both ways:
+kio 0.6.5 (pyproject.toml), the newest kio release on PyPI when the pin was last reviewed
+(November 2026), is generated from Apache Kafka 4.2.0's JSON message specs by its own
+generator, and reads and writes with its own (Rust) codecs: nothing is shared with ours but
+the JSON. For every request and response of every API in our table, at every version kio
+has, both ways:
 
 * **ours -> kio**: a random message encoded by us is read by kio, which must consume every
   byte and write it back **byte-identically**;
