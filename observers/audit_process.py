@@ -89,7 +89,6 @@ from protocol.apis import ApiRegistry
 
 log = logging.getLogger(__name__)
 
-METADATA_KEY = 3
 #: Exchanges packed before they are sent (else at the next tick).
 BATCH = 256
 #: Batches sent and not yet acknowledged before the worker waits.

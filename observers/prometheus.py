@@ -23,9 +23,9 @@ from observers.audit_schema import FETCH_KEY, PRODUCE_KEY
 from observers.errors import ObserverError
 from observers.exchange import Exchange
 from observers.traffic import PartitionTraffic, TopicNames, fetch_traffic, produce_traffic
+from protocol.apis import METADATA
 from protocol.errors import ProtocolError
 
-METADATA_KEY = 3
 OTHER = "other"
 DEFAULTS = {"observer.prometheus.max.topics": "1000", "observer.prometheus.max.principals": "100"}
 
@@ -97,7 +97,7 @@ class PrometheusObserver(Observer):
                 return
             if api_key == FETCH_KEY:
                 self._count("out", x.principal, fetch_traffic(version, body, self.names))
-            elif api_key == METADATA_KEY:
+            elif api_key == METADATA:
                 self.names.learn(version, body)
         except ProtocolError:  # the broker's to refuse: nothing moved that we can count
             return

@@ -27,7 +27,8 @@ from enum import IntEnum
 
 
 class ErrorCode(IntEnum):
-    """The Kafka error codes this project reads or writes (``Errors.java``)."""
+    """The Kafka error codes this project reads or writes (``Errors.java``): the one list,
+    the coordinator's included (``coordinator.errors.Code`` is this enum)."""
 
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
@@ -38,6 +39,7 @@ class ErrorCode(IntEnum):
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
     INVALID_REQUIRED_ACKS = 21
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
@@ -66,20 +68,25 @@ class ErrorCode(IntEnum):
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     UNSUPPORTED_COMPRESSION_TYPE = 76
+    NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
     THROTTLING_QUOTA_EXCEEDED = 89
     INVALID_UPDATE_VERSION = 95
     FEATURE_UPDATE_FAILED = 96
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
-    UNSUPPORTED_ENDPOINT_TYPE = 101
+    UNKNOWN_TOPIC_ID = 100
+    UNSUPPORTED_ENDPOINT_TYPE = 115
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 class ProtocolError(Exception):

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter
 
-from protocol.apis import ApiRegistry
+from protocol.apis import METADATA, ApiRegistry
 from protocol.headers import RequestHeader
 from protocol.leniency import QUIET, Leniency
 from protocol.schema import encode
@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 #: What :meth:`Authorization.check` returns when the request names unknown topic IDs.
 REFRESH: Final = "refresh"
-#: Metadata's API key (its answers teach topic IDs).
-METADATA = 3
 #: API keys whose local handlers apply Kafka's own checks with the same authorizer (the
 #: ACL admin APIs: per creation, per filter) or a stricter one (``super.users`` for the SCRAM,
 #: quota and feature admin APIs): when the sidecar answers them, it does not check twice.

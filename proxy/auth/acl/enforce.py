@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from protocol.apis import Api
+from protocol.apis import METADATA, Api
 from protocol.leniency import QUIET, Leniency
 from protocol.pick import Picker, Unpickable
 from protocol.schema import encode, struct_defaults
@@ -41,11 +41,6 @@ from protocol.spec import FieldSpec
 from proxy.auth.acl.evaluate import Authorizer, Denial, DeniedPart, RequestFacts, Verdict
 from proxy.auth.acl.model import Operation
 from proxy.auth.acl.requests import Check, OnDeny, Path, checks_for, paths_for
-
-#: Metadata's API key: its answer is always the broker's (brokers, cluster id).
-METADATA = 3
-#: Produce's API key (``acks=0`` expects no answer).
-PRODUCE = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import stat
 import struct
 from pathlib import Path
 
+from protocol.apis import API_VERSIONS
 from proxy.tools.rig.errors import ComponentNotFoundError
 from proxy.tools.rig.ports import LOOPBACK
 from proxy.tools.rig.process import ManagedProcess, Service, start_on_port
@@ -39,7 +40,6 @@ _TANSU_ENV = (
     "RUST_LOG",
 )
 
-_API_VERSIONS_KEY = 18
 _CLIENT_ID = b"ksidecar-rig"
 
 
@@ -93,7 +93,7 @@ def api_versions(host: str, port: int, timeout: float = 2.0) -> dict[int, tuple[
     carries an error code.
     """
     correlation_id = 0x6B736964  # "ksid"
-    header = struct.pack(">hhih", _API_VERSIONS_KEY, 0, correlation_id, len(_CLIENT_ID))
+    header = struct.pack(">hhih", API_VERSIONS, 0, correlation_id, len(_CLIENT_ID))
     request = header + _CLIENT_ID
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(struct.pack(">i", len(request)) + request)
