@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -44,6 +44,7 @@ from protocol.release import KAFKA_SPEC_DIR, ReleaseError, import_release
 from protocol.release_git import (
     export_messages,
     git_dir_of,
+    has_commit,
     read_error_codes,
     release_tags,
     resolve_tag,
@@ -159,6 +160,9 @@ def bump(
     git_dir = git_dir_of(kafka_git)
     ref = resolve_tag(git_dir, tag)
     before = read_spec_set(paths.spec_dir)
+    if before.errors is None and has_commit(git_dir, before.commit):
+        # A pin imported without its error table: read it from the same git directory.
+        before = replace(before, errors=read_error_codes(git_dir, before.commit))
     errors = read_error_codes(git_dir, ref.commit)
     with tempfile.TemporaryDirectory(prefix="ksidecar-bump-") as tmp:
         messages = Path(tmp) / "message"

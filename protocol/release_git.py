@@ -29,6 +29,7 @@ __all__ = [
     "ReleaseRef",
     "export_messages",
     "git_dir_of",
+    "has_commit",
     "parse_error_codes",
     "read_error_codes",
     "release_tags",
@@ -54,10 +55,10 @@ class ReleaseRef:
     date: str
 
 
-def _git(git_dir: Path, *args: str) -> bytes:
+def _git(git_dir: Path, *args: str, stdin: bytes = b"") -> bytes:
     try:
         done = subprocess.run(
-            ["git", f"--git-dir={git_dir}", *args], capture_output=True, check=False
+            ["git", f"--git-dir={git_dir}", *args], input=stdin, capture_output=True, check=False
         )
     except OSError as exc:  # no git on PATH
         raise ReleaseError(f"cannot run git: {exc}") from exc
@@ -112,9 +113,27 @@ def export_messages(git_dir: Path, commit: str, out_dir: Path) -> list[str]:
     if not blobs:
         raise ReleaseError(f"{commit} has no {KAFKA_MESSAGE_PATH}/*.json")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, blob in sorted(blobs.items()):
-        (out_dir / name).write_bytes(_git(git_dir, "cat-file", "blob", blob))
-    return sorted(blobs)
+    names = sorted(blobs)
+    # One git process for every blob: "<id> blob <size>\n<bytes>\n" per requested id.
+    batch = _git(
+        git_dir, "cat-file", "--batch", stdin="".join(f"{blobs[n]}\n" for n in names).encode()
+    )
+    at = 0
+    for name in names:
+        end = batch.index(b"\n", at)
+        size = int(batch[at:end].split()[2])
+        (out_dir / name).write_bytes(batch[end + 1 : end + 1 + size])
+        at = end + 1 + size + 1
+    return names
+
+
+def has_commit(git_dir: Path, commit: str) -> bool:
+    """True when the git directory holds ``commit`` (a mirror may lack an old pin's)."""
+    try:
+        _git(git_dir, "cat-file", "-e", f"{commit}^{{commit}}")
+    except ReleaseError:
+        return False
+    return True
 
 
 def parse_error_codes(source: str) -> dict[int, str]:

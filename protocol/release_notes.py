@@ -9,8 +9,11 @@ structural copies of one directory) and :func:`compare` lists, in Kafka's own te
 * APIs that appear or disappear among the client-facing ones (broker listener);
 * per API, the request's valid and flexible versions before and after, and the versions
   gained or dropped;
-* per message, fields added, removed or changed (type, versions, nullable versions, tag),
-  walked by path with common structs inlined; tagged fields are listed on their own;
+* per message, fields added, removed or changed (type, versions, nullable versions, tag,
+  default), walked by path with common structs inlined; tagged fields are listed on their
+  own; structs whose fields changed their (wire) order; messages whose latest version
+  became stable or unstable (``latestVersionUnstable``); and the messages whose copy
+  changed in none of these ways (entity types, unused common structs);
 * error codes added or removed (from the ``errors`` table the manifest records);
 * files of the message directory that appear or disappear, and requests whose listeners
   change (an API becoming client-facing, or leaving);
@@ -23,6 +26,7 @@ Everything here is facts from the two directories; nothing is read from the netw
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -105,10 +109,13 @@ class FieldFacts:
     nullable: str = "none"
     tag: int | None = None
     tagged: str = "none"
+    #: The spec's ``default`` as written (JSON), ``None`` when it declares none.
+    default: str | None = None
 
     def describe(self) -> str:
-        """``int32 [11+]``, with nullable versions and the tag where there are some."""
+        """``int32 [11+]``, with nullable versions, tag and default where there are some."""
         extra = "" if self.nullable == "none" else f", nullable {self.nullable}"
+        extra += "" if self.default is None else f", default {self.default}"
         where = f"tag {self.tag}, " if self.tag is not None else ""
         return f"{self.type} [{where}{self.versions}{extra}]"
 
@@ -130,6 +137,7 @@ def flatten(raw: RawSpec) -> dict[str, FieldFacts]:
                 nullable=str(field.get("nullableVersions", "none")),
                 tag=field.get("tag"),
                 tagged=str(field.get("taggedVersions", "none")),
+                default=json.dumps(field["default"]) if "default" in field else None,
             )
             element = type_.removeprefix("[]")
             children = field.get("fields")
@@ -168,6 +176,26 @@ class FieldChange:
         if self.after is None:
             return f"- `{self.path}` {self.before.describe()}"
         return f"~ `{self.path}` {self.before.describe()} → {self.after.describe()}"
+
+
+def _order(raw: RawSpec) -> dict[str, list[str]]:
+    """Struct path (``""`` for the top level) -> its fields' names, in wire order."""
+    out: dict[str, list[str]] = {}
+    for path in flatten(raw):
+        parent, _, name = path.rpartition(".")
+        out.setdefault(parent, []).append(name)
+    return out
+
+
+def _reordered(message: str, before: RawSpec, after: RawSpec) -> list[str]:
+    """Structs of ``message`` whose fields present in both releases changed their order."""
+    old, new = _order(before), _order(after)
+    out = []
+    for parent in sorted(old.keys() & new.keys()):
+        common = set(old[parent]) & set(new[parent])
+        if [n for n in old[parent] if n in common] != [n for n in new[parent] if n in common]:
+            out.append(f"`{message}` `{parent or '(top level)'}`")
+    return out
 
 
 def _field_changes(
@@ -272,6 +300,12 @@ class ReleaseChanges:
     removed_files: tuple[str, ...]
     #: ``(file, listeners before, listeners after)`` for requests whose listeners changed.
     listeners: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]
+    #: ``(message, unstable before, unstable after)``: ``latestVersionUnstable`` changed.
+    stability: tuple[tuple[str, bool, bool], ...] = ()
+    #: Structs whose fields changed their order (the wire order), as report items.
+    reordered: tuple[str, ...] = ()
+    #: Messages whose copy changed with none of the above (entity types, unused structs).
+    other: tuple[str, ...] = ()
 
     @property
     def new_apis(self) -> tuple[ApiChange, ...]:
@@ -324,6 +358,14 @@ class ReleaseChanges:
             lines += ["**Versions**: no client-facing API changed its versions.", ""]
         lines += _grouped("Fields", [f for f in self.fields if not f.tagged])
         lines += _grouped("Tagged fields", [f for f in self.fields if f.tagged])
+        lines += _items("Field order", list(self.reordered))
+        lines += _items(
+            "Latest version (`latestVersionUnstable`)",
+            [
+                f"`{name}`: {'unstable' if a else 'stable'} → {'unstable' if b else 'stable'}"
+                for name, a, b in self.stability
+            ],
+        )
         if self.new_errors is None or self.removed_errors is None:
             lines += [
                 f"**Error codes**: not compared (the manifest of Kafka {self.before} or "
@@ -341,6 +383,10 @@ class ReleaseChanges:
         lines += _items(
             "Fields naming an address (review `proxy/datapath/rewrite.py` SITES)",
             [f"`{f.message}` `{f.path}`" for f in self.address_fields],
+        )
+        lines += _items(
+            "Other changes to a copy (no field, version or order change found)",
+            [f"`{name}`" for name in self.other],
         )
         return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -390,16 +436,39 @@ def compare(before: SpecSet, after: SpecSet, *, date: str = "") -> ReleaseChange
         and list(before.files[name]["listeners"]) != list(after.files[name]["listeners"])
     )
     new_errors, removed_errors = _errors_diff(before.errors, after.errors)
+    names = sorted(before.specs.keys() & after.specs.keys())
+    stability = tuple(
+        (name, _unstable(before.specs[name]), _unstable(after.specs[name]))
+        for name in names
+        if _unstable(before.specs[name]) != _unstable(after.specs[name])
+    )
+    reordered = [r for n in names for r in _reordered(n, before.specs[n], after.specs[n])]
+    apis = _api_changes(before, after)
+    seen = {f.message for f in fields} | {m for m, _, _ in stability}
+    seen |= {r.split("`")[1] for r in reordered} | {
+        f.removesuffix(".json") for f, _, _ in listeners
+    }
+    seen |= {f"{a.name}{kind}" for a in apis for kind in ("Request", "Response")}
+    other = tuple(
+        name for name in names if before.specs[name] != after.specs[name] and name not in seen
+    )
     return ReleaseChanges(
         before=before.release,
         after=after.release,
         commit=after.commit,
         date=date,
-        apis=tuple(_api_changes(before, after)),
+        apis=tuple(apis),
         fields=tuple(fields),
         new_errors=new_errors,
         removed_errors=removed_errors,
         new_files=tuple(sorted(after.files.keys() - before.files.keys())),
         removed_files=tuple(sorted(before.files.keys() - after.files.keys())),
         listeners=listeners,
+        stability=stability,
+        reordered=tuple(reordered),
+        other=other,
     )
+
+
+def _unstable(raw: RawSpec) -> bool:
+    return bool(raw.get("latestVersionUnstable", False))

@@ -153,6 +153,24 @@ def _v2_add_raft_voter(raw: dict[str, Any]) -> None:
     raw["listeners"] = ["broker", "controller"]
 
 
+def _v2_heartbeat(raw: dict[str, Any]) -> None:
+    fields = raw["fields"]  # GroupId, GenerationId, MemberId, ... -> MemberId before GenerationId
+    fields[1], fields[2] = fields[2], fields[1]
+
+
+def _v2_describe_cluster(raw: dict[str, Any]) -> None:
+    endpoint_type = next(f for f in raw["fields"] if f["name"] == "EndpointType")
+    endpoint_type["default"] = "2"
+
+
+def _v2_offset_commit(raw: dict[str, Any]) -> None:
+    raw["latestVersionUnstable"] = False
+
+
+def _v2_delete_groups(raw: dict[str, Any]) -> None:
+    raw["fields"][0]["entityType"] = "topicName"  # no wire change
+
+
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The stand-in repository, its two release commits and a spec dir pinned at 4.1.0."""
@@ -180,6 +198,10 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     _edit(messages / "ListOffsetsResponse.json", _v2_list_offsets_response)
     _edit(messages / "FetchResponse.json", _v2_fetch_response)
     _edit(messages / "AddRaftVoterRequest.json", _v2_add_raft_voter)
+    _edit(messages / "HeartbeatRequest.json", _v2_heartbeat)
+    _edit(messages / "DescribeClusterRequest.json", _v2_describe_cluster)
+    _edit(messages / "OffsetCommitRequest.json", _v2_offset_commit)
+    _edit(messages / "DeleteGroupsRequest.json", _v2_delete_groups)
     _write(messages / "FrobRequest.json", FROB_REQUEST)
     _write(messages / "FrobResponse.json", FROB_RESPONSE)
     (messages / "VoteRequest.json").unlink()
@@ -264,6 +286,7 @@ def test_error_codes_come_from_errors_java(kafka: dict[str, Any]) -> None:
         1: "OFFSET_OUT_OF_RANGE",
     }
     assert release_git.read_error_codes(git, kafka["v2"])[200] == "SHINY_NEW_ERROR"  # type: ignore[index]
+    assert release_git.has_commit(git, kafka["v1"]) and not release_git.has_commit(git, "f" * 40)
     empty_tree = _git(kafka["repo"], "hash-object", "-t", "tree", "-w", "/dev/null")
     assert release_git.read_error_codes(git, empty_tree) is None
 
@@ -324,10 +347,21 @@ def test_bump_writes_copies_table_docs_and_the_report(
     assert "**Removed APIs**: none." in report
     assert "| 2 | ListOffsets | 1-10 | 1-11 | 11 | — | 6+ |" in report
     assert "- `ListOffsetsRequest`: + `Topics.Partitions.NewThing` int32 [11+]\n" in report
-    assert "- `ListOffsetsResponse`: - `Topics.Partitions.LeaderEpoch` int32 [4+]\n" in report
+    assert (
+        '- `ListOffsetsResponse`: - `Topics.Partitions.LeaderEpoch` int32 [4+, default "-1"]\n'
+        in report
+    )
     assert "**Tagged fields**:\n\n- `FetchResponse`: + `NewTag` int32 [tag 9, 18+]\n" in report
-    # The 4.1.0 manifest has no error table: said so, not guessed.
-    assert "**Error codes**: not compared (the manifest of Kafka 4.1.0 or 4.2.0" in report
+    # The 4.1.0 manifest has no error table: read from the git directory, which has 4.1.0.
+    assert "**Error codes**:\n\n- + 200 `SHINY_NEW_ERROR`\n" in report
+    assert "**Field order**:\n\n- `HeartbeatRequest` `(top level)`\n" in report
+    assert '- `DescribeClusterRequest`: ~ `EndpointType` int8 [1+, default "1"] → ' in report
+    assert "**Latest version (`latestVersionUnstable`)**:\n\n" in report
+    assert "- `OffsetCommitRequest`: unstable → stable\n" in report
+    assert (
+        "**Other changes to a copy (no field, version or order change found)**:\n\n"
+        "- `DeleteGroupsRequest`\n" in report
+    )
     assert "+ `DecommissionControllerRequest.json`" in report
     assert "- `VoteRequest.json`" in report
     assert (
@@ -440,8 +474,11 @@ def test_main(kafka: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert bump_mod.main(["4.2.0", "--kafka-git", str(kafka["repo"]), "--no-readiness"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("### Kafka 4.1.0 → 4.2.0\n") and "test_release_review.py" in out
+    # (An already pinned tag is bumped for real in the test above; here only what main says.)
+    monkeypatch.setattr(bump_mod, "bump", lambda *args, **kwargs: None)
     assert bump_mod.main(["4.2.0", "--kafka-git", str(kafka["repo"]), "--no-readiness"]) == 0
     assert "Kafka 4.2.0 is already pinned" in capsys.readouterr().out
+    monkeypatch.undo()
     assert bump_mod.main(["4.2", "--kafka-git", str(kafka["repo"])]) == 2
     assert "protocol.bump: '4.2' is not a release tag" in capsys.readouterr().err
 
@@ -482,6 +519,9 @@ def test_the_committed_manifest_reads_as_a_spec_set(tmp_path: Path) -> None:
     assert (committed.release, committed.errors) == ("4.1.0", None)
     assert len(committed.specs) == 158 and committed.specs["ListOffsetsRequest"]["apiKey"] == 2
     assert compare(committed, committed).apis == ()
+    assert "**Error codes**: not compared" in compare(committed, committed).markdown()
+    git_less = compare(committed, committed, date="2026-06-17").markdown()
+    assert "(committed 2026-06-17)" in git_less and "**Field order**: none." in git_less
     shutil.copy(KAFKA_SPEC_DIR / MANIFEST_NAME, tmp_path / MANIFEST_NAME)
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text(encoding="utf-8"))
     manifest["errors"] = ["not", "a", "table"]
