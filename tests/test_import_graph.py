@@ -162,3 +162,11 @@ def test_spark_jobs_import_only_the_audit_schema() -> None:
         if not target.startswith("spark_jobs")
     }
     assert outside <= {"observers.audit_schema", "observers"}
+
+
+def test_the_connection_moves_bytes_and_names_no_auth_module() -> None:
+    """Deciding is the dispatch's (proxy/datapath/dispatch.py): the connection carries out
+    decisions, and knows no gate, authorizer or ACL class."""
+    edges = graph()
+    assert "proxy.datapath.dispatch" in edges["proxy.datapath.connection"]
+    assert not {m for m in edges["proxy.datapath.connection"] if m == "proxy.auth" or m.startswith("proxy.auth.")}

@@ -247,18 +247,3 @@ class PassthroughGate:
             self.auth.record(self.holder, mechanism, "success")
         elif not accepted:
             self.auth.record(self.holder, mechanism, "failure", "the broker refused it")
-
-
-class Gate(Protocol):
-    """A connection's admission rule (:class:`TerminatingGate`, :class:`PassthroughGate`)."""
-
-    #: Whether :meth:`on_response` needs each broker answer whole (no cut-through).
-    reads_responses: bool
-
-    def admit(self, body: memoryview, now: float, in_sasl_exchange: bool) -> Verdict:
-        """Pass (``None``), :data:`RAW_TOKEN`, or a :class:`Refusal` for one client frame."""
-        ...
-
-    def on_response(self, record: InFlight, body: memoryview) -> None:
-        """See the broker's answer to a request this gate let pass."""
-        ...

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter
 from coordinator.features import parse_supported_override, registration_features, supported_features
 from protocol.apis import PRODUCE, ApiRegistry
 from protocol.leniency import RESPONSE, Leniency
-from proxy.auth.gate import Gate, ListenerAuth
+from proxy.auth.gate import ListenerAuth
 from proxy.config import Endpoint, HostPort, SidecarConfig
 from proxy.config.keys import filter_entries
 from proxy.config.settings import (
@@ -51,6 +51,7 @@ from proxy.datapath.addressing import (
 )
 from proxy.datapath.authorize import Authorization
 from proxy.datapath.connection import Connection, Parts
+from proxy.datapath.dispatch import Gate
 from proxy.datapath.filters import FilterMetrics, load_filters
 from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import RequestMemory

@@ -58,7 +58,6 @@ from protocol.framing import EOF, NEED_DATA, size_prefix
 from protocol.headers import RequestHeader, encode_response_header, peek_correlation_id
 from protocol.leniency import QUIET, Leniency
 from protocol.schema import encode
-from proxy.auth.gate import Gate
 from proxy.config.settings import ConnectionSettings
 from proxy.datapath.authorize import Authorization, Denials, Patch
 from proxy.datapath.dispatch import (
@@ -66,6 +65,7 @@ from proxy.datapath.dispatch import (
     Close,
     Dispatch,
     Forward,
+    Gate,
     PatchLater,
     Refresh,
     RequestFilter,

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from protocol.apis import ApiRegistry
+from protocol.correlation import InFlight
 from protocol.errors import ProtocolError
 from protocol.framing import size_prefix
 from protocol.headers import RequestHeader
@@ -49,7 +50,7 @@ from protocol.scan import response_header_size
 from proxy.auth.acl.enforce import Answer as Refused
 from proxy.auth.acl.enforce import Forward as Narrowed
 from proxy.auth.acl.enforce import Refuse
-from proxy.auth.gate import RAW_TOKEN, Gate, Refusal
+from proxy.auth.gate import RAW_TOKEN, Refusal, Verdict
 from proxy.datapath.authorize import REFRESH, Authorization, Denials, Patch
 from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.routing import Route, Router, Streaming
@@ -64,6 +65,7 @@ __all__ = [
     "Decision",
     "Dispatch",
     "Forward",
+    "Gate",
     "PatchLater",
     "Refresh",
     "Request",
@@ -170,6 +172,23 @@ class PatchLater:
 
 
 # -- filters --------------------------------------------------------------------------------
+
+
+class Gate(Protocol):
+    """A SASL listener's admission rule for one connection (``proxy.auth.gate``: the
+    sidecar authenticates, or reads along while the broker does)."""
+
+    #: Whether :meth:`on_response` needs each broker answer whole (no cut-through).
+    reads_responses: bool
+
+    def admit(self, body: memoryview, now: float, in_sasl_exchange: bool) -> Verdict:
+        """Pass (``None``), a raw token, or a refusal for one client frame."""
+        ...
+
+    def on_response(self, record: InFlight, body: memoryview) -> None:
+        """See the broker's answer to a request this gate let pass."""
+        ...
+
 
 
 class RequestFilter(Protocol):
