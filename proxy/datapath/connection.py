@@ -42,7 +42,6 @@ ahead of it goes on while it arrives (:mod:`proxy.datapath.streaming`).
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -51,13 +50,12 @@ from typing import NoReturn, overload
 import trio
 
 from observers.hub import Tap
-from protocol.apis import ALTER_USER_SCRAM_CREDENTIALS, SASL_AUTHENTICATE, ApiRegistry
+from protocol.apis import ApiRegistry
 from protocol.correlation import CorrelationTracker, FrameKind, InFlight
 from protocol.errors import FrameError, ProtocolError
-from protocol.framing import EOF, NEED_DATA, size_prefix
-from protocol.headers import RequestHeader, encode_response_header, peek_correlation_id
+from protocol.framing import EOF, NEED_DATA
+from protocol.headers import RequestHeader
 from protocol.leniency import QUIET, Leniency
-from protocol.schema import encode
 from proxy.config.settings import ConnectionSettings
 from proxy.datapath.authorize import Authorization, Denials, Patch
 from proxy.datapath.dispatch import (
@@ -75,8 +73,10 @@ from proxy.datapath.frames import FrameBuffer
 from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import MAIN, RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
+from proxy.datapath.observed import hand_over, wait_for_room
 from proxy.datapath.responder import Responses, Slot
 from proxy.datapath.routing import Router, Streaming
+from proxy.datapath.silent import SilentProduces
 from proxy.datapath.streaming import stream_response
 from proxy.datapath.wire import Wire, wire_for
 from proxy.local.api import Answer as LocalAnswer
@@ -103,13 +103,6 @@ HEADER_VIEW = 65536
 #: An answer the ACLs patch at least this large is patched in slices by a task of its own
 #: (:meth:`Dispatch.patch_in_slices`), the event loop serving other connections in between.
 PATCH_LATER_MIN = 262144
-#: acks=0 Produce requests remembered per connection in case the broker answers them.
-MAX_SILENT_PRODUCES = 1024
-#: How often a connection held up by a blocking observer looks again for room (seconds).
-BLOCKED_POLL = 0.001
-#: Requests whose bodies carry secrets (SaslAuthenticate: a PLAIN password or SCRAM proof;
-#: AlterUserScramCredentials: salted passwords): observers get their header facts only.
-SECRET_REQUESTS = frozenset({SASL_AUTHENTICATE, ALTER_USER_SCRAM_CREDENTIALS})
 #: How long a closing connection waits for the answers it still owes (a refused login).
 CLOSE_FLUSH_TIMEOUT = 5.0
 
@@ -150,7 +143,7 @@ class Parts:
         if self.dispatch is None:
             object.__setattr__(self, "dispatch", Dispatch(
                 self.registry, self.router, self.metrics, self.filters, authorization=self.authorization,
-                leniency=self.leniency))
+                leniency=self.leniency, unsupported_policy=self.settings.unsupported_policy))
 
     @property
     def decisions(self) -> Dispatch:
@@ -209,10 +202,9 @@ class Connection:
         self.responses = Responses()
         #: Slots of the requests sent to the broker, oldest first (made at the first one).
         self.upstream_slots: deque[Slot] = _NO_SLOTS
-        # Produce requests with acks=0 sent upstream, as (correlation id, responses the
-        # upstream owed before it): Kafka never answers them, but some brokers do (Tansu
-        # 0.6); such an answer is recognised by position and id and dropped (_unasked).
-        self.silent_produces: deque[tuple[int, int]] | None = None
+        #: Produce requests with acks=0 sent upstream, in case the broker answers them
+        #: (:mod:`proxy.datapath.silent`; made at the first one).
+        self.silent_produces: SilentProduces | None = None
         self.upstream_expected = 0
         self.upstream_answered = 0
         self.stats = ConnectionStats()
@@ -500,31 +492,15 @@ class Connection:
             api.requests(header.api_version, decision.outcome).inc()
             await self._local(decision.answer, record, api, frame, now, parts, decision.denials)
         elif isinstance(decision, Close):
+            if decision.outcome is not None:
+                api.requests(header.api_version, decision.outcome).inc()
             if decision.denials and self.tap is not None:  # a refusal that could not be answered (acks=0)
                 self._observe(Slot(record, api, now, local=True, request=frame, denials=decision.denials), None, now)
             raise ConnectionClosed(decision.reason, decision.detail)
         else:
             assert not isinstance(decision, Refresh), "a refresh is asked for once"
             api.requests(header.api_version, "unsupported").inc()
-            self._unsupported(record, header, api, frame, now)
-
-    def _unsupported(
-        self, record: InFlight, header: RequestHeader, api: ApiMetrics, frame: memoryview, now: float
-    ) -> None:
-        self.metrics.unsupported.labels(self.metrics.unknown_key_label(header.api_key)).inc()
-        if not record.expects_response:  # Produce acks=0: an answer would desynchronise
-            raise ConnectionClosed(
-                "unsupported_request",
-                f"api key {header.api_key} v{header.api_version} (acks=0) is not supported",
-            )
-        if self.parts.settings.unsupported_policy == "close":
-            raise ConnectionClosed(
-                "unsupported_request", f"api key {header.api_key} v{header.api_version} is not supported"
-            )
-        # KIP-35 draft: a response holding only the correlation id, connection kept.
-        response = size_prefix(4) + header.correlation_id.to_bytes(4, "big", signed=True)
-        slot = self._local_slot(record, api, frame, now)
-        self.responses.fill(slot, response, now)
+            self.responses.fill(self._local_slot(record, api, frame, now), decision.answer, now)
 
     async def _local(
         self,
@@ -542,7 +518,7 @@ class Connection:
         slot = self._local_slot(record, api, frame, now)
         slot.denials = denials
         if isinstance(answer, Respond):
-            self.responses.fill(slot, self._encode(record, answer), now)
+            self.responses.fill(slot, self.dispatch.encoded(record.header, answer), now)
         elif isinstance(answer, Later):
             assert self._nursery is not None
             if answer.hold:
@@ -561,7 +537,7 @@ class Connection:
         """Await an answer-later and fill its slot (runs in the connection's nursery)."""
         answer = await later.answer()
         if isinstance(answer, Respond):
-            self.responses.fill(slot, self._encode(record, answer), trio.current_time())
+            self.responses.fill(slot, self.dispatch.encoded(record.header, answer), trio.current_time())
             self._deliver()
         else:
             await self._close(answer, record, slot)
@@ -569,7 +545,7 @@ class Connection:
     async def _close(self, close: LocalClose, record: InFlight, slot: Slot) -> NoReturn:
         """End the connection: the last answer in its place, every owed answer out, linger."""
         if close.answer is not None:
-            self.responses.fill(slot, self._encode(record, close.answer), trio.current_time())
+            self.responses.fill(slot, self.dispatch.encoded(record.header, close.answer), trio.current_time())
         else:
             self._drop_slot(slot)
         self._deliver()
@@ -587,18 +563,6 @@ class Connection:
             pass
         else:
             self.responses.written()
-
-    def _encode(self, record: InFlight, answer: Respond) -> bytes:
-        if answer.raw:
-            assert isinstance(answer.body, bytes)
-            return size_prefix(len(answer.body)) + answer.body
-        header = record.header
-        assert header is not None
-        spec = self.registry.api(header.api_key)
-        version = header.api_version if answer.version is None else answer.version
-        body = answer.body if isinstance(answer.body, bytes) else encode(spec.response, version, answer.body)
-        head = encode_response_header(header.correlation_id, spec.response_header_version(version))
-        return size_prefix(len(head) + len(body)) + head + body
 
     async def _raw_token(self, answer: LocalAnswer, frame: memoryview, parts: list[bytes | memoryview]) -> None:
         """A raw SASL token after a v0 handshake, answered by the SASL local API."""
@@ -656,8 +620,8 @@ class Connection:
             self.upstream_expected += 1
         elif record.header is not None:  # Produce with acks=0
             if self.silent_produces is None:
-                self.silent_produces = deque(maxlen=MAX_SILENT_PRODUCES)
-            self.silent_produces.append((record.header.correlation_id, self.upstream_expected))
+                self.silent_produces = SilentProduces()
+            self.silent_produces.sent(record.header.correlation_id, self.upstream_expected)
             if self.tap is not None:  # no response will come: the exchange is complete
                 self._observe(Slot(record, api, now, forwarded_at=now, request=frame, denials=denials), None, now)
 
@@ -860,27 +824,11 @@ class Connection:
         self._deliver()
 
     def _unasked(self, body: memoryview) -> bool:
-        """True (and counted) for a broker's answer to a Produce with acks=0: dropped.
-
-        Responses come in request order, so such an answer can only arrive right after the
-        responses owed before that Produce, and it carries the Produce's correlation id.
-        When the next expected response has the same id, it wins (a Kafka broker never
-        answers acks=0).
-        """
-        silent = self.silent_produces
-        assert silent is not None
-        while silent and silent[0][1] < self.upstream_answered:
-            silent.popleft()  # a later request was answered: no answer can come for it now
-        if not silent or silent[0][1] != self.upstream_answered:
-            return False
-        try:
-            correlation_id = peek_correlation_id(body[:4])
-        except ProtocolError:
-            return False
+        """True (and counted) for a broker's answer to a Produce with acks=0: dropped."""
+        assert self.silent_produces is not None
         expected = self.upstream_slots[0].record.correlation_id if self.upstream_slots else None
-        if correlation_id != silent[0][0] or correlation_id == expected:
+        if not self.silent_produces.unasked(body, self.upstream_answered, expected):
             return False
-        silent.popleft()
         self.metrics.unasked_responses.inc()
         self.stats.extra["unasked_responses"] = self.stats.extra.get("unasked_responses", 0) + 1
         return True
@@ -977,27 +925,11 @@ class Connection:
                 raise ConnectionClosed("drained")
             await responses.wait_for_writer_work()
 
-    # -- observers (KIP-388) -------------------------------------------------------------
+    # -- observers (KIP-388, proxy.datapath.observed) ---------------------------------------
 
     def _observe(self, slot: Slot, response: bytes | memoryview | None, now: float) -> None:
-        """Hand a complete exchange to the observers (``response``: as sent, or ``None``)."""
-        record = slot.record
-        if record.header is None or self.tap is None:
-            return  # a raw SASL token is not a Kafka request
-        elapsed = now - slot.received_at
-        frame = slot.request
-        size = len(frame) if frame is not None else 0
-        if record.header.api_key in SECRET_REQUESTS:
-            frame = None  # no secret ever reaches an observer (passthrough forwards them)
-        self.tap.completed(
-            header=record.header, response_header_version=record.response_header_version,
-            principal=self.context.principal, client_software=self.context.client_software, denials=slot.denials,
-            frame=frame, request_size=size,
-            received_at=time.time() - elapsed, expects_response=record.expects_response,
-            local=slot.local, response=response, elapsed=elapsed,
-            upstream_elapsed=slot.answered_at - slot.forwarded_at if not slot.local else 0.0,
-        )
-        slot.request = None
+        if self.tap is not None:
+            hand_over(self.tap, self.context, slot, response, now)
 
     def _observe_unanswered(self) -> None:
         """The connection ended: requests it never answered are complete, with no response."""
@@ -1006,7 +938,5 @@ class Connection:
             self._observe(slot, None, now)
 
     async def _wait_for_observers(self) -> None:
-        """Backpressure from an observer with ``overflow=block``: wait until it has room."""
         assert self.tap is not None
-        while not self.tap.retry():
-            await trio.sleep(BLOCKED_POLL)
+        await wait_for_room(self.tap)

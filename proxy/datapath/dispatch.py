@@ -44,9 +44,10 @@ from protocol.apis import ApiRegistry
 from protocol.correlation import InFlight
 from protocol.errors import ProtocolError
 from protocol.framing import size_prefix
-from protocol.headers import RequestHeader
+from protocol.headers import RequestHeader, encode_response_header
 from protocol.leniency import QUIET, Leniency
 from protocol.scan import response_header_size
+from protocol.schema import encode
 from proxy.auth.acl.enforce import Answer as Refused
 from proxy.auth.acl.enforce import Forward as Narrowed
 from proxy.auth.acl.enforce import Refuse
@@ -134,12 +135,9 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Unsupported:
-    """Nobody serves it: a KIP-35 answer, or the connection closed
-    (``sidecar.unsupported.request.policy``, and always for acks=0)."""
+    """Nobody serves it: the KIP-35 answer, the correlation id alone (a whole frame)."""
 
-
-#: The one :class:`Unsupported` decision.
-UNSUPPORTED = Unsupported()
+    answer: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +148,8 @@ class Close:
     reason: str
     detail: str
     denials: Denials = ()
+    #: ``ksidecar_requests_total``'s outcome for the request that closed it, if counted.
+    outcome: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,9 +287,13 @@ class Dispatch:
         *,
         authorization: Authorization | None = None,
         leniency: Leniency = QUIET,
+        unsupported_policy: str = "answer",
     ) -> None:
         self.registry = registry
         self.router = router
+        self.metrics = metrics
+        #: ``sidecar.unsupported.request.policy``: ``answer`` (KIP-35) or ``close``.
+        self.unsupported_policy = unsupported_policy
         self.authorization = authorization
         self.leniency = leniency
         builtin: list[RequestFilter] = [UnparsedPolicy(metrics, authorization)]
@@ -350,7 +354,20 @@ class Dispatch:
             if request.patch is not None:
                 answer = self._patch_local(answer, request.patch, request.header)
             return Answer(answer, denials=request.denials)
-        return UNSUPPORTED
+        return self._unsupported(request)
+
+    def _unsupported(self, request: Request) -> Unsupported | Close:
+        """Nobody serves it: answered (KIP-35 draft: a response holding only the correlation
+        id, the connection kept), or closed by policy; always closed for acks=0, where an
+        answer would desynchronise the client."""
+        header = request.header
+        self.metrics.unsupported.labels(self.metrics.unknown_key_label(header.api_key)).inc()
+        named = f"api key {header.api_key} v{header.api_version}"
+        if not request.expects_response:
+            return Close("unsupported_request", f"{named} (acks=0) is not supported", outcome="unsupported")
+        if self.unsupported_policy == "close":
+            return Close("unsupported_request", f"{named} is not supported", outcome="unsupported")
+        return Unsupported(size_prefix(4) + header.correlation_id.to_bytes(4, "big", signed=True))
 
     def _call(self, local: LocalApi, request: Request) -> LocalAnswer | Close:
         """Decode the request for a local API (once) and ask its handler."""
@@ -390,6 +407,19 @@ class Dispatch:
             patched = self.authorization.patched(patch, header.api_key, version, answer.body)
             return Respond(body=patched, version=answer.version)
         return Respond(body=patch(dict(answer.body)), version=answer.version)
+
+    def encoded(self, header: RequestHeader | None, answer: Respond) -> bytes:
+        """A local answer's frame: size, response header and body (a raw SASL token's:
+        size and bytes); ``header`` is the request's (``None`` for a raw token)."""
+        if answer.raw:
+            assert isinstance(answer.body, bytes)
+            return size_prefix(len(answer.body)) + answer.body
+        assert header is not None
+        spec = self.registry.api(header.api_key)
+        version = header.api_version if answer.version is None else answer.version
+        body = answer.body if isinstance(answer.body, bytes) else encode(spec.response, version, answer.body)
+        head = encode_response_header(header.correlation_id, spec.response_header_version(version))
+        return size_prefix(len(head) + len(body)) + head + body
 
     # -- responses --------------------------------------------------------------------------
 
