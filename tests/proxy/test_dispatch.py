@@ -322,3 +322,24 @@ def test_create_topics_rules_as_kafkas_create_topic_policy() -> None:
     assert "broker's default partition count" in (refused_with(decide(chain, create_topics(("d", -1, 1))))[0][1] or "")
     assert "broker's default replication factor" in (
         refused_with(decide(chain, create_topics(("d", 3, -1))))[0][1] or "")
+
+
+def test_the_worked_example_in_the_docs_runs_as_written(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/filters.md's TenantTopics, loaded by name as an operator would load it."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "filters.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "tenancy.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tenant,) = load_filters("tenancy:TenantTopics", {"filter.tenant.separator": "."}, REGISTRY,
+                             FilterMetrics(CollectorRegistry()))
+    chain = dispatch(tenant)
+    alice = context("User:alice")
+    refused = decide(chain, create_topics(("bob.orders", 6, 1)), alice)
+    assert refused_with(refused) == [(44, "alice may create only alice.* topics")]
+    changed = decide(chain, create_topics(("alice.orders", 1, 1), ("alice.audit", 6, 1)), alice)
+    assert isinstance(changed, Forward)
+    header = decode_request_header(changed.frame[4:], REGISTRY)
+    theirs = CreateTopicsRequest[5].decode(bytes(changed.frame[4 + header.size :]))
+    assert [(t.name, t.num_partitions) for t in theirs.topics] == [("alice.orders", 3), ("alice.audit", 6)]
