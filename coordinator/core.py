@@ -53,7 +53,7 @@ from coordinator.messages.classic import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.messages.common import Client
+from coordinator.messages.common import Client, TopicAccess
 from coordinator.messages.consumer import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -129,15 +129,16 @@ class GroupCoordinator:
     """The sans-IO group coordinator (classic + KIP-848 + offsets)."""
 
     def __init__(self, settings: CoordinatorSettings | None = None, *, now: int,
-                 new_id: Callable[[], str] = random_id) -> None:
-        self.ctx = Context(settings=settings or CoordinatorSettings(), new_id=new_id)
+                 new_id: Callable[[], str] = random_id, topic_access: TopicAccess | None = None,
+                 fleet: Fleet | None = None) -> None:
+        self.ctx = Context(settings=settings or CoordinatorSettings(), new_id=new_id, topic_access=topic_access)
         self.classic = ClassicProtocol(self.ctx)
         self.consumer = ConsumerProtocol(self.ctx)
         self.offsets = Offsets(self.ctx)
         self._held: dict[int, _Held] = {}
         #: Which groups this sidecar serves among the fleet (``None``: every group it is
-        #: asked about, the single-sidecar behaviour). Set by the shell.
-        self.fleet: Fleet | None = None
+        #: asked about, the single-sidecar behaviour).
+        self.fleet = fleet
         self.ctx.timers.set(RETENTION, now + self.ctx.settings.offsets_retention_check_interval_ms)
 
     @property

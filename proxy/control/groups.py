@@ -48,6 +48,7 @@ from coordinator.batching import CommitBatcher, flatten
 from coordinator.claims import GroupClaims
 from coordinator.core import GroupCoordinator
 from coordinator.fleet import Endpoints, Fleet
+from coordinator.messages.common import TopicAccess
 from coordinator.outcome import Response, Step, WriteSet
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import GroupStore, StoreError
@@ -167,16 +168,18 @@ class GroupService:
         fleet: bool = True,
         claim_retry: float = 0.2,
         claim_wait: float = 5.0,
+        topic_access: TopicAccess | None = None,
     ) -> None:
         self.clock = clock
         # Batched KIP-848 assignment (docs/coordinator.md): the timer task runs its ticks (a
         # due tick runs as soon as the requests already runnable are handled).
-        self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=True,
-                                             consumer_assignment_interval_ms=ASSIGNMENT_INTERVAL_MS), now=clock())
-        self.zk = zk
         #: The fleet view (``None``: this sidecar serves every group, alone).
         self.fleet = Fleet() if fleet else None
-        self.core.fleet = self.fleet
+        # topic_access: KIP-848 regexes resolve only to topics the member may Describe.
+        self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=True,
+                                             consumer_assignment_interval_ms=ASSIGNMENT_INTERVAL_MS), now=clock(),
+                                     topic_access=topic_access, fleet=self.fleet)
+        self.zk = zk
         if store is not None:
             self.store = store
         elif self.fleet is not None:

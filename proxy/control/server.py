@@ -16,8 +16,8 @@ import ssl
 import trio
 from prometheus_client import CollectorRegistry, Counter
 
-from coordinator.features import parse_supported_override, registration_features, supported_features
-from protocol.apis import PRODUCE, ApiRegistry
+from coordinator.features import parse_supported_override, supported_features
+from protocol.apis import ApiRegistry
 from protocol.leniency import RESPONSE, Leniency
 from proxy.auth.gate import ListenerAuth
 from proxy.config import Endpoint, HostPort, SidecarConfig
@@ -34,6 +34,7 @@ from proxy.control.features_state import FeatureState
 from proxy.control.gate_config import gate_config
 from proxy.control.groups import GroupService
 from proxy.control.http import serve_http
+from proxy.control.identity import Brokers, Identity, OwnAddressFirst
 from proxy.control.observing import load_hub, run_hub
 from proxy.control.quota_metrics import register_quota_metrics
 from proxy.control.quota_state import IpQuotas
@@ -59,8 +60,7 @@ from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.rewrite import SITES, Rewriter
 from proxy.datapath.routing import Router
 from proxy.local.api import Context
-from proxy.local.broker_metadata import builtin_tags
-from proxy.local.ports import BrokerEntry, Ports
+from proxy.local.ports import Ports
 from proxy.local.sasl import SaslApis
 from proxy.local.table import TableSpec, build_table
 from quotas.gate import AcceptGate
@@ -68,25 +68,6 @@ from quotas.gate import AcceptGate
 log = logging.getLogger(__name__)
 
 TLS_HANDSHAKE_TIMEOUT = 10.0
-
-
-class OwnAddressFirst:
-    """An address book that always maps this sidecar's own broker id to its own address.
-
-    Whatever the underlying book says at the moment (a ZooKeeper view being rebuilt after a
-    session expiry, say), Metadata through this sidecar always names the sidecar itself.
-    """
-
-    def __init__(self, sidecar: Sidecar, book: AddressBook) -> None:
-        self.sidecar = sidecar
-        self.book = book
-
-    def lookup(self, node_id: int, host: str, port: int, listener: str) -> HostPort | None:
-        """This sidecar's advertised address for its own id, else the book's answer."""
-        if node_id == self.sidecar.broker_id and node_id >= 0:
-            mine = self.sidecar.advertised(listener)
-            return HostPort(mine.host, mine.port)
-        return self.book.lookup(node_id, host, port, listener)
 
 
 class Sidecar:
@@ -116,10 +97,13 @@ class Sidecar:
             self.zk,
         )
         self.users = ScramUsers(self.zk)
+        #: Who this sidecar is: broker id, advertised endpoints, tags (:mod:`proxy.control.identity`).
+        self.identity = Identity(config, self.upstream)
         self.registered = RegisteredAddressBook()
         self.address_book: AddressBook = self.registered  # replaced in serve() once bound
-        self.registration = Registration(self.zk, self, self.registered.replace) if self.zk else None
-        self.bound: dict[str, HostPort] = {}
+        self.registration = Registration(self.zk, self.identity, self.registered.replace) if self.zk else None
+        #: Bound addresses by listener (the identity's: advertised ports that were 0).
+        self.bound = self.identity.bound
         self.connections: set[Connection] = set()
         self.metrics_address: HostPort | None = None
         self.draining = False
@@ -142,15 +126,6 @@ class Sidecar:
         #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
         self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id,
                                   self.feature_level, self.topics.lookup_blocking)
-        #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
-        self.groups: GroupService | None = None
-        if config["sidecar.coordinator"] == "embedded":
-            assert self.zk is not None  # the key table refuses embedded without ZooKeeper
-            self.groups = GroupService(
-                coordinator_settings(config), self.zk, self.upstream, self.coordinator_address,
-                self.metrics.registry,
-                refresh_interval=config["sidecar.coordinator.metadata.refresh.ms"] / 1000,
-            )
         #: Kafka ACLs in ZooKeeper (``sidecar.authorizer=acls``; the key table refuses it
         #: without ZooKeeper), else ``None``.
         self.acls: AclState | None = None
@@ -159,6 +134,18 @@ class Sidecar:
                                  allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
                                  open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}),
                                  topics=self.topics)
+        #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
+        self.groups: GroupService | None = None
+        if config["sidecar.coordinator"] == "embedded":
+            assert self.zk is not None  # the key table refuses embedded without ZooKeeper
+            self.groups = GroupService(
+                coordinator_settings(config), self.zk, self.upstream, self.identity.coordinator_address,
+                self.metrics.registry,
+                refresh_interval=config["sidecar.coordinator.metadata.refresh.ms"] / 1000,
+                # KIP-848 regexes resolve only to topics the member's principal may Describe.
+                topic_access=self.acls.describable if self.acls is not None and config[
+                    "sidecar.authorizer.mode"] == "enforce" else None,
+            )
         #: ACL enforcement on the data path (``sidecar.authorizer=acls``), else ``None``.
         self.authorization = None if self.acls is None else Authorization(
             self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow",
@@ -166,20 +153,17 @@ class Sidecar:
         #: The operators' request filters (``filter.class.names``), in order, shared by every listener.
         self.filters = tuple(load_filters(config["filter.class.names"], filter_entries(config), self.registry,
                                           FilterMetrics(self.metrics.registry), leniency=self.leniency))
-        if self.groups is not None and self.acls is not None and config["sidecar.authorizer.mode"] == "enforce":
-            # KIP-848 regexes resolve only to topics the member's principal may Describe.
-            self.groups.core.ctx.topic_access = self.acls.describable
         if self.zk is not None:
             override: str = config["sidecar.features.supported.override"]
             supported = (parse_supported_override(override) if override else
                          supported_features(embedded_coordinator=self.groups is not None))
             registration = self.registration
-            self.features = FeatureState(
+            self.features = self.identity.features = FeatureState(
                 self.zk, supported, lambda: registration.bodies if registration is not None else {},
-                lambda: self.broker_id)
+                lambda: self.identity.broker_id)
         self.ports = Ports(
             upstream=self.upstream,
-            brokers=self,
+            brokers=Brokers(self.identity, self.registration, lambda: self.address_book),
             quotas=self.ip_quotas,
             users=self.users if self._owns_scram_users() else None,
             groups=self.groups,
@@ -199,84 +183,21 @@ class Sidecar:
         self.forwarded_total = 0
         self.broker_answers_total = 0
 
-    # -- identity (the registrant and the broker directory) ------------------------------
+    # -- identity (proxy.control.identity) -----------------------------------------------
 
     @property
     def broker_id(self) -> int:
         """``broker.id``, or the id learned from the upstream (-1 while unknown)."""
-        configured: int = self.config["broker.id"]
-        if configured >= 0:
-            return configured
-        info = self.upstream.info
-        return info.node_id if info is not None and info.node_id is not None else -1
-
-    async def wait_broker_id(self) -> int:
-        """The broker id, once known."""
-        while self.broker_id < 0:
-            await self.upstream.wait_learned()
-            if self.broker_id < 0:  # the broker did not say which node it is
-                raise RuntimeError("broker.id=-1 but the broker's Metadata does not name it")
-        return self.broker_id
+        return self.identity.broker_id
 
     def advertised(self, listener: str) -> Endpoint:
         """The endpoint clients are told for ``listener`` (bound port when port was 0)."""
-        endpoint = self.config.advertised(listener)
-        if endpoint.port == 0 and listener in self.bound:
-            return Endpoint(endpoint.name, endpoint.host, self.bound[listener].port)
-        return endpoint
-
-    def advertised_endpoints(self) -> list[Endpoint]:
-        """Every advertised endpoint, in listener order."""
-        return [self.advertised(e.name) for e in self.config.listeners]
-
-    def coordinator_address(self, listener: str) -> tuple[int, str, int]:
-        """``(node id, host, port)`` clients on ``listener`` are told for groups: this sidecar."""
-        mine = self.advertised(listener)
-        return self.broker_id, mine.host, mine.port
+        return self.identity.advertised(listener)
 
     def feature_level(self, name: str) -> int:
         """The fleet's finalized level of feature ``name`` (0 when not finalized, and always
         without ZooKeeper): what observers read (the audit's format)."""
         return self.features.level(name) if self.features is not None else 0
-
-    def supported_features(self) -> dict[str, dict[str, int]]:
-        """KIP-584 supported features for the registration (Kafka's format)."""
-        return registration_features(self.features.supported) if self.features is not None else {}
-
-    def security_protocol(self, listener: str) -> str:
-        """The security protocol of ``listener``."""
-        return self.config.security_protocol(listener)
-
-    def upstream_text(self) -> str:
-        """The upstream broker, as configured."""
-        return str(self.config["sidecar.upstream"])
-
-    def tags(self) -> dict[str, str]:
-        """Builtin BrokerMetadata tags, then the operator's ``tag.*`` tags."""
-        info = self.upstream.info
-        produce = info.api_versions.get(PRODUCE) if info is not None else None
-        formats = "v0,v1,v2" if produce is not None and produce[0] <= 2 else "v2"
-        endpoints = [f"{e.name.lower()}://{e.host}:{e.port}" for e in self.advertised_endpoints()]
-        tags = builtin_tags(self.broker_id, endpoints, self.config["message.max.bytes"], formats)
-        tags.update(self.config.tags)
-        return tags
-
-    def broker_entries(self, listener: str) -> tuple[BrokerEntry, list[BrokerEntry]]:
-        """This sidecar and the others it knows of, as BrokerMetadata entries."""
-        mine = self.advertised(listener)
-        me = BrokerEntry(self.broker_id, mine.host, mine.port, self.tags())
-        others: list[BrokerEntry] = []
-        if self.registration is not None:
-            others = [e for e in self.registration.entries(listener) if e.node_id != me.node_id]
-        elif self.upstream.info is not None:
-            for broker in self.upstream.info.brokers:
-                if broker.node_id == me.node_id:
-                    continue
-                address = self.address_book.lookup(broker.node_id, broker.host, broker.port, listener)
-                if address is not None:
-                    others.append(BrokerEntry(broker.node_id, address.host, address.port,
-                                              {"broker.id": str(broker.node_id)}))
-        return me, others
 
     def log_unmapped(self, api_name: str, node_id: int) -> None:
         """Log an unmapped broker id once per (API, id) (counted every time in metrics)."""
@@ -374,7 +295,7 @@ class Sidecar:
                       forward_unparsed=self.config["sidecar.unparsed.request.policy"] == "forward",
                       names_brokers=frozenset(SITES)),
         )
-        rewriter = Rewriter(OwnAddressFirst(self, self.address_book), listener, self._unmapped,
+        rewriter = Rewriter(OwnAddressFirst(self.identity, self.address_book), listener, self._unmapped,
                             self.leniency)
         router = Router(self.registry, table, self.upstream, rewriter,
                         lambda api: self.metrics.rewrites.labels(api).inc(),
