@@ -80,7 +80,7 @@ _PACKAGE_DIR: Final = Path(__file__).resolve().parent
 OUTPUT_PATH: Final = _PACKAGE_DIR / "messages" / "generated.py"
 
 #: Kafka 3.9's minimum valid version for every client-facing API whose ``validVersions``
-#: Kafka 4.0 narrowed (4.1 keeps the narrowed ranges) (KIP-896, KAFKA-16096 and its sub-tasks). Requests and responses
+#: Kafka 4.0 narrowed (4.1 to 4.3 keep the narrowed ranges) (KIP-896, KAFKA-16096 and its sub-tasks). Requests and responses
 #: of these keys are widened down to this version.
 LEGACY_MIN_VERSION: Final[Mapping[int, int]] = {
     0: 0,  # Produce: 3.9 0-11, 4.x 3+ (4.x still advertises 0, KAFKA-18659)

@@ -1,11 +1,12 @@
 """The one-command bump: a release read from a local git directory, the change report, the docs.
 
-A small apache/kafka stand-in is built with git in a temporary directory: tag ``4.1.0`` holds
+A small apache/kafka stand-in is built with git in a temporary directory: tag ``9.0.0`` holds
 the committed structural copies of the pinned release (plus a controller-only pair and an
-``Errors.java``), tag ``4.2.0`` changes them the way a release does (a new version with a new
+``Errors.java``), tag ``9.1.0`` changes them the way a release does (a new version with a new
 field, a new tagged field, a removed field, a new API whose answer names hosts, new and
 removed files, a listeners change, a new error code). Every expected line below is written
-from those edits by hand, not read from the code under test.
+from those edits by hand (with the pinned release's own numbers where an edit extends them),
+not read from the code under test.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,21 @@ ERRORS_V2 = ERRORS_V1.replace(
     'OffsetOutOfRangeException::new),\n    SHINY_NEW_ERROR(200, "New.", ShinyException::new);',
 )
 
+
+def _spec_of(name: str) -> dict[str, Any]:
+    raw: dict[str, Any] = json.loads((KAFKA_SPEC_DIR / f"{name}.json").read_text("utf-8"))
+    return raw
+
+
+#: ListOffsets' valid versions in the pinned release: the stand-in's 9.1.0 adds the next one.
+LO, HI = (int(v) for v in _spec_of("ListOffsetsRequest")["validVersions"].split("-"))
+NEW = HI + 1
+#: FetchResponse's newest version, where the stand-in adds a tagged field.
+FETCH_HI = int(_spec_of("FetchResponse")["validVersions"].split("-")[1])
+#: Whether OffsetCommit's latest version is unstable in the pinned release (9.1.0 flips it).
+UNSTABLE = bool(_spec_of("OffsetCommitRequest").get("latestVersionUnstable", False))
+FLIP = "unstable → stable" if UNSTABLE else "stable → unstable"
+
 DOC = """# Protocol
 
 <!-- kafka-pin:begin -->
@@ -59,7 +76,7 @@ old table
 ## Release history
 
 <!-- release-history:begin -->
-### Kafka 4.0.0 → 4.1.0
+### Kafka 8.0.0 → 9.0.0
 
 An older entry.
 <!-- release-history:end -->
@@ -133,24 +150,30 @@ def _partitions(raw: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _v2_list_offsets_request(raw: dict[str, Any]) -> None:
-    raw["validVersions"] = "1-11"
-    _partitions(raw).append({"name": "NewThing", "type": "int32", "versions": "11+"})
+    raw["validVersions"] = f"{LO}-{NEW}"
+    _partitions(raw).append({"name": "NewThing", "type": "int32", "versions": f"{NEW}+"})
 
 
 def _v2_list_offsets_response(raw: dict[str, Any]) -> None:
-    raw["validVersions"] = "1-11"
+    raw["validVersions"] = f"{LO}-{NEW}"
     parts = _partitions(raw)
     parts[:] = [f for f in parts if f["name"] != "LeaderEpoch"]
 
 
 def _v2_fetch_response(raw: dict[str, Any]) -> None:
     raw["fields"].append(
-        {"name": "NewTag", "type": "int32", "versions": "18+", "taggedVersions": "18+", "tag": 9}
+        {
+            "name": "NewTag",
+            "type": "int32",
+            "versions": f"{FETCH_HI}+",
+            "taggedVersions": f"{FETCH_HI}+",
+            "tag": 9,
+        }
     )
 
 
 def _v2_add_raft_voter(raw: dict[str, Any]) -> None:
-    raw["listeners"] = ["broker", "controller"]
+    raw["listeners"] = list(reversed(raw["listeners"]))  # ["controller", "broker"] in 4.x
 
 
 def _v2_heartbeat(raw: dict[str, Any]) -> None:
@@ -164,7 +187,7 @@ def _v2_describe_cluster(raw: dict[str, Any]) -> None:
 
 
 def _v2_offset_commit(raw: dict[str, Any]) -> None:
-    raw["latestVersionUnstable"] = False
+    raw["latestVersionUnstable"] = not UNSTABLE
 
 
 def _v2_delete_groups(raw: dict[str, Any]) -> None:
@@ -173,7 +196,7 @@ def _v2_delete_groups(raw: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The stand-in repository, its two release commits and a spec dir pinned at 4.1.0."""
+    """The stand-in repository, its two release commits and a spec dir pinned at 9.0.0."""
     repo = tmp_path_factory.mktemp("kafka")
     _git(repo, "init", "-q", "-b", "trunk")
     messages = repo / KAFKA_MESSAGE_PATH
@@ -190,8 +213,8 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     errors.parent.mkdir(parents=True)
     errors.write_text(ERRORS_V1, encoding="utf-8")
     _git(repo, "add", ".")
-    _git(repo, "commit", "-q", "-m", "4.1.0")
-    _git(repo, "tag", "-a", "-m", "release", "4.1.0")  # annotated: peeled to its commit
+    _git(repo, "commit", "-q", "-m", "9.0.0")
+    _git(repo, "tag", "-a", "-m", "release", "9.0.0")  # annotated: peeled to its commit
     v1 = _git(repo, "rev-parse", "HEAD")
 
     _edit(messages / "ListOffsetsRequest.json", _v2_list_offsets_request)
@@ -212,15 +235,15 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
            {**decommission, "type": "response", "name": "DecommissionControllerResponse"})  # fmt: skip
     errors.write_text(ERRORS_V2, encoding="utf-8")
     _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "4.2.0")
-    _git(repo, "tag", "4.2.0-rc0")
-    _git(repo, "tag", "4.2.0")
+    _git(repo, "commit", "-q", "-m", "9.1.0")
+    _git(repo, "tag", "9.1.0-rc0")
+    _git(repo, "tag", "9.1.0")
     v2 = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "branch", "4.2")
+    _git(repo, "branch", "9.1")
 
-    # The pin as committed today: 4.1.0, imported without an error table.
+    # The pin at 9.0.0, imported without an error table (as 4.1.0 was).
     pinned = tmp_path_factory.mktemp("pinned")
-    release.import_release(_export(repo, v1, tmp_path_factory.mktemp("m1")), "4.1.0", v1, pinned)
+    release.import_release(_export(repo, v1, tmp_path_factory.mktemp("m1")), "9.0.0", v1, pinned)
     return {"repo": repo, "v1": v1, "v2": v2, "pinned": pinned}
 
 
@@ -249,15 +272,15 @@ def test_tags_resolve_to_commits_and_only_release_tags_count(kafka: dict[str, An
     git = release_git.git_dir_of(kafka["repo"])
     assert git == kafka["repo"] / ".git"
     assert release_git.git_dir_of(git) == git  # a bare mirror is its own git directory
-    assert release_git.release_tags(git) == ["4.1.0", "4.2.0"]  # no -rc, no branch
-    ref = release_git.resolve_tag(git, "4.1.0")
-    assert (ref.tag, ref.commit, ref.date) == ("4.1.0", kafka["v1"], "2026-05-22")
-    for bad, match in (("4.2", "not a release tag"), ("4.2.0-rc0", "not a release tag"),
-                       ("9.9.9", r"no tag 9\.9\.9 \(release tags: \['4\.1\.0', '4\.2\.0'\]\)")):  # fmt: skip
+    assert release_git.release_tags(git) == ["9.0.0", "9.1.0"]  # no -rc, no branch
+    ref = release_git.resolve_tag(git, "9.0.0")
+    assert (ref.tag, ref.commit, ref.date) == ("9.0.0", kafka["v1"], "2026-05-22")
+    for bad, match in (("9.1", "not a release tag"), ("9.1.0-rc0", "not a release tag"),
+                       ("9.9.9", r"no tag 9\.9\.9 \(release tags: \['9\.0\.0', '9\.1\.0'\]\)")):  # fmt: skip
         with pytest.raises(ReleaseError, match=match):
             release_git.resolve_tag(git, bad)
     with pytest.raises(ReleaseError, match="not a git repository"):
-        release_git.resolve_tag(kafka["repo"] / "nowhere", "4.1.0")
+        release_git.resolve_tag(kafka["repo"] / "nowhere", "9.0.0")
 
 
 def test_export_is_the_tree_byte_for_byte(kafka: dict[str, Any], tmp_path: Path) -> None:
@@ -314,50 +337,53 @@ def test_bump_writes_copies_table_docs_and_the_report(
     paths = _paths(kafka, tmp_path)
     written: list[tuple[Path, dict[str, str], Path]] = []
     changes = bump(
-        "4.2.0",
+        "9.1.0",
         kafka["repo"],
         paths,
         readiness=lambda git, releases, table: written.append((git, dict(releases), table)),
     )
     assert changes is not None
     manifest = release.read_manifest(paths.spec_dir)
-    assert (manifest["release"], manifest["commit"]) == ("4.2.0", kafka["v2"])
+    assert (manifest["release"], manifest["commit"]) == ("9.1.0", kafka["v2"])
     assert manifest["errors"] == {"-1": "UNKNOWN_SERVER_ERROR", "0": "NONE",
                                   "1": "OFFSET_OUT_OF_RANGE", "200": "SHINY_NEW_ERROR"}  # fmt: skip
     assert (paths.spec_dir / "FrobResponse.json").exists()
     assert not (paths.spec_dir / "DecommissionControllerRequest.json").exists()  # controller
     generated = paths.generated.read_text(encoding="utf-8")
-    assert f"# Sources: Apache Kafka 4.2.0 at commit {kafka['v2']}." in generated
-    assert 'FieldSpec("NewThing", "int32", Versions(11), default=0)' in generated
-    # The readiness table gets each minor line after 4.1.0: 4.2 at its tag.
-    assert written == [(kafka["repo"] / ".git", {"4.2": kafka["v2"]}, paths.readiness_table)]
+    assert f"# Sources: Apache Kafka 9.1.0 at commit {kafka['v2']}." in generated
+    assert f'FieldSpec("NewThing", "int32", Versions({NEW}), default=0)' in generated
+    # The readiness table gets each minor line after 9.0.0: 9.1 at its tag.
+    assert written == [(kafka["repo"] / ".git", {"9.1": kafka["v2"]}, paths.readiness_table)]
 
     doc = paths.doc.read_text(encoding="utf-8")
-    assert pin_line("4.2.0", kafka["v2"]) in doc
-    assert "| 2 | ListOffsets | 0-11 | 6 |" in doc  # legacy minimum 0 kept, 11 new
+    assert pin_line("9.1.0", kafka["v2"]) in doc
+    assert f"| 2 | ListOffsets | 0-{NEW} | 6 |" in doc  # legacy minimum 0 kept
     assert "| 93 | Frob | 0-1 | 0 |" in doc
     history = doc.split("<!-- release-history:begin -->\n")[1]
-    assert history.startswith("### Kafka 4.1.0 → 4.2.0\n")
-    assert history.index("### Kafka 4.0.0 → 4.1.0") > history.index("### Kafka 4.1.0 → 4.2.0")
+    assert history.startswith("### Kafka 9.0.0 → 9.1.0\n")
+    assert history.index("### Kafka 8.0.0 → 9.0.0") > history.index("### Kafka 9.0.0 → 9.1.0")
 
     report = changes.markdown()
     assert report in doc
-    assert f"Pinned Apache Kafka 4.2.0, commit `{kafka['v2']}` (committed 2026-05-22)" in report
+    assert f"Pinned Apache Kafka 9.1.0, commit `{kafka['v2']}` (committed 2026-05-22)" in report
     assert "**New APIs**:\n\n- 93 Frob (v0-1)\n" in report
     assert "**Removed APIs**: none." in report
-    assert "| 2 | ListOffsets | 1-10 | 1-11 | 11 | — | 6+ |" in report
-    assert "- `ListOffsetsRequest`: + `Topics.Partitions.NewThing` int32 [11+]\n" in report
+    assert f"| 2 | ListOffsets | {LO}-{HI} | {LO}-{NEW} | {NEW} | — | 6+ |" in report
+    assert f"- `ListOffsetsRequest`: + `Topics.Partitions.NewThing` int32 [{NEW}+]\n" in report
     assert (
         '- `ListOffsetsResponse`: - `Topics.Partitions.LeaderEpoch` int32 [4+, default "-1"]\n'
         in report
     )
-    assert "**Tagged fields**:\n\n- `FetchResponse`: + `NewTag` int32 [tag 9, 18+]\n" in report
-    # The 4.1.0 manifest has no error table: read from the git directory, which has 4.1.0.
+    assert (
+        f"**Tagged fields**:\n\n- `FetchResponse`: + `NewTag` int32 [tag 9, {FETCH_HI}+]\n"
+        in report
+    )
+    # The 9.0.0 manifest has no error table: read from the git directory, which has 9.0.0.
     assert "**Error codes**:\n\n- + 200 `SHINY_NEW_ERROR`\n" in report
     assert "**Field order**:\n\n- `HeartbeatRequest` `(top level)`\n" in report
     assert '- `DescribeClusterRequest`: ~ `EndpointType` int8 [1+, default "1"] → ' in report
     assert "**Latest version (`latestVersionUnstable`)**:\n\n" in report
-    assert "- `OffsetCommitRequest`: unstable → stable\n" in report
+    assert f"- `OffsetCommitRequest`: {FLIP}\n" in report
     assert (
         "**Other changes to a copy (no field, version or order change found)**:\n\n"
         "- `DeleteGroupsRequest`\n" in report
@@ -374,10 +400,10 @@ def test_bump_writes_copies_table_docs_and_the_report(
     )
     assert [(a.key, a.gained, a.dropped) for a in changes.new_apis] == [(93, (0, 1), ())]
     list_offsets = next(a for a in changes.apis if a.key == 2)
-    assert (list_offsets.gained, list_offsets.dropped) == ((11,), ())
+    assert (list_offsets.gained, list_offsets.dropped) == ((NEW,), ())
 
     # Again at the same tag: nothing new to report, the history is left as it is.
-    assert bump("4.2.0", kafka["repo"], paths, readiness=None) is None
+    assert bump("9.1.0", kafka["repo"], paths, readiness=None) is None
     assert paths.doc.read_text(encoding="utf-8") == doc
 
 
@@ -389,7 +415,7 @@ def test_a_second_bump_compares_error_codes_and_replaces_its_own_entry(
     with_errors = SpecSet(release=before.release, commit=before.commit, files=before.files,
                           specs=before.specs, errors=release_git.read_error_codes(git, kafka["v1"]))  # fmt: skip
     stage = tmp_path / "stage"
-    release.import_release(_export(kafka["repo"], kafka["v2"], tmp_path / "m"), "4.2.0",
+    release.import_release(_export(kafka["repo"], kafka["v2"], tmp_path / "m"), "9.1.0",
                            kafka["v2"], stage, release_git.read_error_codes(git, kafka["v2"]))  # fmt: skip
     changes = compare(with_errors, release_notes.read_spec_set(stage))
     assert changes.new_errors == ((200, "SHINY_NEW_ERROR"),) and changes.removed_errors == ()
@@ -398,11 +424,11 @@ def test_a_second_bump_compares_error_codes_and_replaces_its_own_entry(
     assert backwards.removed_errors == ((200, "SHINY_NEW_ERROR"),)
     assert [a.key for a in backwards.removed_apis] == [93]
     assert "**Removed APIs**:\n\n- 93 Frob (v0-1)\n" in backwards.markdown()
-    assert "| 2 | ListOffsets | 1-11 | 1-10 | — | 11 | 6+ |" in backwards.markdown()
+    assert f"| 2 | ListOffsets | {LO}-{NEW} | {LO}-{HI} | — | {NEW} | 6+ |" in backwards.markdown()
     # The same heading again replaces the entry rather than adding a second one.
     doc = update_doc(DOC, pin="p\n", api_table="t\n", report=changes.markdown())
     again = update_doc(doc, pin="p\n", api_table="t\n", report=changes.markdown())
-    assert again == doc and again.count("### Kafka 4.1.0 → 4.2.0") == 1
+    assert again == doc and again.count("### Kafka 9.0.0 → 9.1.0") == 1
 
 
 def test_a_release_the_generator_cannot_read_touches_nothing(
@@ -412,11 +438,11 @@ def test_a_release_the_generator_cannot_read_touches_nothing(
     shutil.copytree(kafka["repo"], repo)
     (repo / KAFKA_MESSAGE_PATH / "FrobResponse.json").unlink()  # a request without response
     _git(repo, "commit", "-q", "-am", "broken")
-    _git(repo, "tag", "4.3.0")
+    _git(repo, "tag", "9.2.0")
     paths = _paths(kafka, tmp_path)
     before = {p.name: p.read_bytes() for p in paths.spec_dir.iterdir()}
     with pytest.raises(ReleaseError, match="the generator cannot read it: requests without"):
-        bump("4.3.0", repo, paths, readiness=None)
+        bump("9.2.0", repo, paths, readiness=None)
     assert {p.name: p.read_bytes() for p in paths.spec_dir.iterdir()} == before
     assert paths.doc.read_text(encoding="utf-8") == DOC and not paths.generated.exists()
 
@@ -425,30 +451,30 @@ def test_readiness_lines_take_each_minor_at_its_newest_patch(kafka: dict[str, An
                                                              tmp_path: Path) -> None:  # fmt: skip
     repo = tmp_path / "tags"
     shutil.copytree(kafka["repo"], repo)
-    for tag in ("4.1.1", "4.2.1", "4.3.0", "4.3.1", "4.4.0"):
+    for tag in ("9.0.1", "9.1.1", "9.2.0", "9.2.1", "9.3.0"):
         _git(repo, "tag", tag, kafka["v2"])
     git = repo / ".git"
-    assert readiness_releases(git, "4.1.0", "4.3.1") == {
-        "4.1": "4.1.1",
-        "4.2": "4.2.1",
-        "4.3": "4.3.1",
+    assert readiness_releases(git, "9.0.0", "9.2.1") == {
+        "9.0": "9.0.1",
+        "9.1": "9.1.1",
+        "9.2": "9.2.1",
     }
-    assert readiness_releases(git, "4.2.1", "4.2.1") == {}
+    assert readiness_releases(git, "9.1.1", "9.1.1") == {}
 
 
 def test_the_readiness_table_gains_the_new_release(kafka: dict[str, Any], tmp_path: Path) -> None:
     table = tmp_path / "table.py"
-    bump_mod.run_kafka_releases(kafka["repo"] / ".git", {"4.2": kafka["v2"]}, table)
+    bump_mod.run_kafka_releases(kafka["repo"] / ".git", {"9.1": kafka["v2"]}, table)
     namespace: dict[str, Any] = {}
     exec(table.read_text(encoding="utf-8"), namespace)
     releases = namespace["RELEASES"]
-    assert list(releases) == ["3.9", "4.0", "4.1", "4.2"]  # the others kept, in order
-    entry = releases["4.2"]
-    assert (entry["tag"], entry["commit"]) == ("4.2.0", kafka["v2"])
-    assert entry["apis"][2] == ("ListOffsets", 1, 11) and entry["apis"][93] == ("Frob", 0, 1)
+    assert list(releases) == ["3.9", "4.0", "4.1", "4.2", "4.3", "9.1"]  # the others kept
+    entry = releases["9.1"]
+    assert (entry["tag"], entry["commit"]) == ("9.1.0", kafka["v2"])
+    assert entry["apis"][2] == ("ListOffsets", LO, NEW) and entry["apis"][93] == ("Frob", 0, 1)
     assert 52 not in entry["apis"] and 94 not in entry["apis"]  # controller-only
     with pytest.raises(ReleaseError, match=r"spark_jobs\.kafka_releases failed"):
-        bump_mod.run_kafka_releases(tmp_path, {"4.2": kafka["v2"]}, table)
+        bump_mod.run_kafka_releases(tmp_path, {"9.1": kafka["v2"]}, table)
 
 
 def test_doc_markers_are_required(tmp_path: Path) -> None:
@@ -471,16 +497,16 @@ def test_main(kafka: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyP
               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     paths = _paths(kafka, tmp_path)
     monkeypatch.setattr(bump_mod, "BumpPaths", lambda: paths)
-    assert bump_mod.main(["4.2.0", "--kafka-git", str(kafka["repo"]), "--no-readiness"]) == 0
+    assert bump_mod.main(["9.1.0", "--kafka-git", str(kafka["repo"]), "--no-readiness"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("### Kafka 4.1.0 → 4.2.0\n") and "test_release_review.py" in out
+    assert out.startswith("### Kafka 9.0.0 → 9.1.0\n") and "test_release_review.py" in out
     # (An already pinned tag is bumped for real in the test above; here only what main says.)
     monkeypatch.setattr(bump_mod, "bump", lambda *args, **kwargs: None)
-    assert bump_mod.main(["4.2.0", "--kafka-git", str(kafka["repo"]), "--no-readiness"]) == 0
-    assert "Kafka 4.2.0 is already pinned" in capsys.readouterr().out
+    assert bump_mod.main(["9.1.0", "--kafka-git", str(kafka["repo"]), "--no-readiness"]) == 0
+    assert "Kafka 9.1.0 is already pinned" in capsys.readouterr().out
     monkeypatch.undo()
-    assert bump_mod.main(["4.2", "--kafka-git", str(kafka["repo"])]) == 2
-    assert "protocol.bump: '4.2' is not a release tag" in capsys.readouterr().err
+    assert bump_mod.main(["9.1", "--kafka-git", str(kafka["repo"])]) == 2
+    assert "protocol.bump: '9.1' is not a release tag" in capsys.readouterr().err
 
 
 def test_the_module_runs_as_a_command() -> None:
@@ -516,10 +542,11 @@ def test_field_changes_describe_themselves() -> None:
 
 def test_the_committed_manifest_reads_as_a_spec_set(tmp_path: Path) -> None:
     committed = release_notes.read_spec_set()
-    assert (committed.release, committed.errors) == ("4.1.0", None)
+    assert committed.release == release.read_manifest()["release"]
     assert len(committed.specs) == 158 and committed.specs["ListOffsetsRequest"]["apiKey"] == 2
     assert compare(committed, committed).apis == ()
-    assert "**Error codes**: not compared" in compare(committed, committed).markdown()
+    no_table = replace(committed, errors=None)
+    assert "**Error codes**: not compared" in compare(no_table, committed).markdown()
     git_less = compare(committed, committed, date="2026-06-17").markdown()
     assert "(committed 2026-06-17)" in git_less and "**Field order**: none." in git_less
     shutil.copy(KAFKA_SPEC_DIR / MANIFEST_NAME, tmp_path / MANIFEST_NAME)

@@ -20,9 +20,10 @@ from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
 
 GENERATED = Path(codegen.__file__).parent / "messages" / "generated.py"
 
-#: Every API key whose request lists "broker" among its listeners in Kafka 4.1 (client-facing
-#: APIs, plus the broker-to-broker ones a broker listener also accepts). Controller-only keys
-#: (52-54, 56, 58, 59, 62, 63, 67, 70, 73, 82) and the ZooKeeper-era 4-7 are absent.
+#: Every API key whose request lists "broker" among its listeners in Kafka 4.1 and 4.3.1, the
+#: pin (client-facing APIs, plus the broker-to-broker ones a broker listener also accepts).
+#: Controller-only keys (52-54, 56, 58, 59, 62, 63, 67, 70, 73, 82) and the ZooKeeper-era 4-7
+#: are absent.
 KAFKA_41_BROKER_KEYS = frozenset(
     {
         *(0, 1, 2, 3),
@@ -82,7 +83,7 @@ def test_generated_file_is_ruff_formatted() -> None:
 def test_generated_file_names_its_release_and_commit() -> None:
     second = GENERATED.read_text(encoding="utf-8").splitlines()[1]
     assert second == (
-        "# Sources: Apache Kafka 4.1.0 at commit 13f70256db3c994c590e5d262a7cc50b9e973204."
+        "# Sources: Apache Kafka 4.3.1 at commit 26b251a451ce941d3d7a55e6487bcb7f16b5ad48."
     )
 
 
@@ -194,7 +195,7 @@ def test_headers() -> None:
 def test_legacy_versions_keep_their_old_fields() -> None:
     # ListOffsets v0 (KIP-896 removed it; 4.1 also deleted its v0-only fields, put back
     # from 3.9.0 by LEGACY_FIELDS): MaxNumOffsets in, OldStyleOffsets out.
-    assert REQUESTS[2].valid == Versions(0, 10)
+    assert REQUESTS[2].valid == Versions(0, 11)  # 4.3.1: 1-11, widened to 3.9's 0
     max_num = field(REQUESTS[2], "Topics.Partitions.MaxNumOffsets")
     assert (max_num.versions, max_num.default) == (Versions(0, 0), 1)
     assert field(RESPONSES[2], "Topics.Partitions.OldStyleOffsets").versions == Versions(0, 0)
@@ -213,8 +214,8 @@ def test_legacy_versions_keep_their_old_fields() -> None:
         assert REQUESTS[key].valid.lo == 0, key
 
 
-def test_messages_kafka_python_lacks_are_41s() -> None:
-    # Read off the 4.1.0 files (commit 13f70256db3c994c590e5d262a7cc50b9e973204) by hand.
+def test_messages_kafka_python_lacks_are_the_pinned_releases() -> None:
+    # Read off the 4.3.1 files (commit 26b251a451ce941d3d7a55e6487bcb7f16b5ad48) by hand.
     heartbeat = REQUESTS[68]
     assert heartbeat.valid == Versions(0, 1) and heartbeat.flexible == Versions(0)
     assert field(heartbeat, "SubscribedTopicRegex").versions == Versions(1)
@@ -234,19 +235,29 @@ def test_messages_kafka_python_lacks_are_41s() -> None:
         -1,
         True,
     )
-    # Share groups (KIP-932): 4.1 removed the early-access v0 and has no v2 yet.
+    # Share groups (KIP-932): 4.1 removed the early-access v0; 4.2 added ShareFetch and
+    # ShareAcknowledge v2 (KIP-1206, KIP-1222: acquire mode, renew acknowledgements).
     assert REQUESTS[76].valid == Versions(1, 1) and REQUESTS[76].flexible == Versions(0)
     share_fetch = REQUESTS[78]
-    assert share_fetch.valid == Versions(1, 1)
-    assert [f.name for f in share_fetch.fields][-3:] == [
+    assert share_fetch.valid == Versions(1, 2)
+    assert [f.name for f in share_fetch.fields][-5:] == [
         "BatchSize",
+        "ShareAcquireMode",
+        "IsRenewAck",
         "Topics",
         "ForgottenTopicsData",
     ]
+    acquire_mode = field(share_fetch, "ShareAcquireMode")
+    assert (acquire_mode.versions, acquire_mode.default, acquire_mode.ignorable) == (
+        Versions(2),
+        0,
+        True,
+    )
     assert field(share_fetch, "Topics.Partitions.PartitionMaxBytes").versions == Versions(0, 0)
     assert field(share_fetch, "Topics.TopicId").map_key
     assert field(RESPONSES[78], "Responses.Partitions.Records").nullable == Versions(0, 0)
-    assert REQUESTS[79].valid == Versions(1, 1)
+    assert REQUESTS[79].valid == Versions(1, 2)
+    assert field(REQUESTS[79], "IsRenewAck").default is False
     altered = RESPONSES[91]
     assert [f.name for f in altered.fields] == [
         "ThrottleTimeMs",
@@ -256,12 +267,13 @@ def test_messages_kafka_python_lacks_are_41s() -> None:
     ]
     assert field(altered, "Responses.TopicName").map_key
     assert field(RESPONSES[87], "Results.Partitions.LeaderEpoch").versions == Versions(0)
-    # KRaft voters: AckWhenCommitted came after 4.1.
-    assert REQUESTS[80].valid == Versions(0, 0)
-    assert "AckWhenCommitted" not in [f.name for f in REQUESTS[80].fields]
-    # Streams groups (KIP-1071): v0, still flagged unstable in 4.1.
+    # KRaft voters: AckWhenCommitted came with v1, after 4.1.
+    assert REQUESTS[80].valid == Versions(0, 1)
+    ack = field(REQUESTS[80], "AckWhenCommitted")
+    assert (ack.versions, ack.default) == (Versions(1), True)
+    # Streams groups (KIP-1071): v0, flagged unstable in 4.1, stable since.
     streams = REQUESTS[88]
-    assert streams.valid == Versions(0, 0) and streams.latest_version_unstable
+    assert streams.valid == Versions(0, 0) and not streams.latest_version_unstable
     assert field(streams, "EndpointInformationEpoch").versions == Versions(0)
     assert field(streams, "ShutdownApplication").default is False
     assert field(streams, "UserEndpoint.Port").type == "uint16"

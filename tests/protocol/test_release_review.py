@@ -56,7 +56,7 @@ NOT_BROKERS: dict[tuple[int, str], str] = {
     (89, "Groups.Members.UserEndpoint.Port"): "a Streams instance (KIP-1071)",
 }
 
-#: The versions each locally answered API advertises, by Kafka 4.1.0's specs (the ACL APIs
+#: The versions each locally answered API advertises, by the pinned Kafka 4.3.1's specs (the ACL APIs
 #: widened to Kafka 3.9's minimum 0) and the embedded coordinator's served ranges.
 LOCAL_VERSIONS: dict[int, tuple[int, int]] = {
     17: (0, 1),  # SaslHandshake
@@ -119,7 +119,7 @@ def test_every_field_naming_an_address_is_a_rewrite_site_or_no_brokers() -> None
 
 
 def test_the_address_fields_of_the_pinned_release() -> None:
-    # Hand-read from Kafka 4.1.0's response specs: the broker-naming arrays and their APIs.
+    # Hand-read from Kafka 4.3.1's response specs (as 4.1.0's): the broker-naming arrays.
     tops = {
         (key, top)
         for (key, path), top in _address_fields().items()

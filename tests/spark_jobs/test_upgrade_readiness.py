@@ -53,7 +53,14 @@ def test_releases_by_hand() -> None:
     assert k41.versions[0] == (3, 13) and k41.versions[1] == (4, 18)
     assert k41.versions[11] == (0, 9)
     assert "4ae681446f18f9a6d7a59f317013ef82379a4ba4" in k40.source
-    assert kafka_releases.release_names() == ["3.9", "4.0", "4.1"]
+    # 4.2 (at 4.2.1): ListOffsets v11, WriteTxnMarkers v2, ShareFetch/ShareAcknowledge v2;
+    # 4.3 (at 4.3.1, the protocol pin): DescribeLogDirs v5 on top.
+    k42, k43 = kafka_releases.release("4.2"), kafka_releases.release("4.3")
+    assert k42.versions[2] == (1, 11) and k42.versions[27] == (1, 2)
+    assert k42.versions[78] == k42.versions[79] == (1, 2) and k42.versions[35] == (1, 4)
+    assert k43.versions[35] == (1, 5) and k43.versions[2] == (1, 11)
+    assert "4.3.1 (26b251a451ce941d3d7a55e6487bcb7f16b5ad48)" in k43.source
+    assert kafka_releases.release_names() == ["3.9", "4.0", "4.1", "4.2", "4.3"]
 
 
 def test_spec_comments_are_stripped_outside_strings() -> None:
@@ -85,7 +92,7 @@ def test_a_bad_profile_is_refused(tmp_path: Path, text: str) -> None:
 
 
 def test_an_unknown_target_names_the_releases() -> None:
-    with pytest.raises(UnknownTarget, match=r"3\.9, 4\.0, 4\.1"):
+    with pytest.raises(UnknownTarget, match=r"3\.9, 4\.0, 4\.1, 4\.2, 4\.3"):
         kafka_releases.resolve("5.0")
 
 
@@ -410,4 +417,4 @@ def test_the_command_refuses_an_unknown_target(capsys: pytest.CaptureFixture[str
     from proxy.tools import cli
 
     assert cli.main(["audit", "readiness", "--audit", "/nowhere", "--target", "9.9"]) == 2
-    assert "not a release in the table (3.9, 4.0, 4.1)" in capsys.readouterr().err
+    assert "not a release in the table (3.9, 4.0, 4.1, 4.2, 4.3)" in capsys.readouterr().err
