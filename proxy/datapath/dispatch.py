@@ -36,11 +36,11 @@ ACL patch is applied (a large answer in slices, :meth:`Dispatch.patch_in_slices`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from protocol.apis import ApiRegistry
+from protocol.apis import Api, ApiRegistry
 from protocol.correlation import InFlight
 from protocol.errors import ProtocolError
 from protocol.framing import size_prefix
@@ -76,6 +76,39 @@ __all__ = [
 ]
 
 
+class Body:
+    """A request's body decoded once, on first use, by the leniency rule (a local API's
+    ``takes`` and its handler share it)."""
+
+    __slots__ = ("_api", "_error", "_leniency", "_raw", "_value", "_version")
+
+    def __init__(self, api: Api | None, version: int, raw: memoryview, leniency: Leniency) -> None:
+        self._api, self._version, self._raw, self._leniency = api, version, raw, leniency
+        self._value: Mapping[str, Any] | None = None
+        self._error: ProtocolError | None = None
+
+    def value(self) -> Mapping[str, Any] | None:
+        """The body decoded, or ``None`` when it cannot be (:meth:`decoded` says why)."""
+        if self._value is None and self._error is None:
+            api = self._api
+            if api is None or self._version not in api.versions:
+                self._error = ProtocolError(f"no schema for v{self._version}")
+            else:
+                try:
+                    self._value = self._leniency.request(api, self._version, self._raw)
+                except ProtocolError as exc:
+                    self._error = exc
+        return self._value
+
+    def decoded(self) -> Mapping[str, Any]:
+        """The body decoded; raises the :class:`~protocol.errors.ProtocolError` it read."""
+        value = self.value()
+        if value is None:
+            assert self._error is not None
+            raise self._error
+        return value
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """One request as the filters see it."""
@@ -94,6 +127,8 @@ class Request:
     patch: Patch | None = None
     #: What was refused (or in shadow mode would have been), for the audit.
     denials: Denials = ()
+    #: The body decoded once, for the local API that answers it (``None``: decoded there).
+    decoded: Body | None = None
 
     @property
     def body(self) -> memoryview:
@@ -104,7 +139,7 @@ class Request:
         """This request with another body (the header's bytes kept as the client sent them)."""
         head = self.frame[4 : 4 + self.header.size]
         frame = memoryview(size_prefix(len(head) + len(body)) + bytes(head) + body)
-        return dataclasses.replace(self, frame=frame)
+        return dataclasses.replace(self, frame=frame, decoded=None)
 
 
 # -- decisions ------------------------------------------------------------------------------
@@ -331,8 +366,10 @@ class Dispatch:
     def decide(self, header: RequestHeader, frame: memoryview, context: Context, expects_response: bool,
                *, refreshed: bool = False) -> Decision:
         """What to do with one request (``frame``: size prefix, header and body)."""
+        body = Body(self.registry.get(header.api_key), header.api_version, frame[4 + header.size :], self.leniency)
         request = Request(header=header, frame=frame, context=context, expects_response=expects_response,
-                          route=self.router.route(header, frame[4:], context), refreshed=refreshed)
+                          route=self.router.route(header, frame[4:], context, body.value), refreshed=refreshed,
+                          decoded=body)
         for link in self.chain(header.api_key):
             outcome = link.on_request(request)
             if outcome is None:
@@ -375,8 +412,11 @@ class Dispatch:
         decoded = None
         if local.decode:
             api = self.registry.api(header.api_key)
+            body = request.decoded
+            if body is None:  # changed by a filter: its new body
+                body = Body(api, header.api_version, raw, self.leniency)
             try:
-                decoded = self.leniency.request(api, header.api_version, raw)
+                decoded = body.decoded()
             except ProtocolError as exc:  # a body we cannot read: Kafka closes the connection too
                 return Close("bad_request", f"{api.name} v{header.api_version}: {exc}")
         try:

@@ -11,12 +11,15 @@ answers it (KIP-35) or closes, by policy. Responses that name brokers are rewrit
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from protocol.apis import Api, ApiRegistry
+from protocol.errors import ProtocolError
 from protocol.headers import RequestHeader
 from protocol.scan import TagSectionFinder, response_header_size
+from protocol.schema import decode
 from proxy.datapath.rewrite import SITES, Rewriter, rewrites_tags_only, rewrites_version
 from proxy.local.api import Context, LocalApi, LocalApiTable
 from proxy.local.ports import UpstreamView
@@ -80,19 +83,22 @@ class Router:
         #: ``sidecar.unparsed.request.policy``: ``answer``, ``forward`` or ``close``.
         self.unparsed_policy = unparsed_policy
 
-    def route(self, header: RequestHeader, body: memoryview, context: Context) -> LocalApi | Route:
+    def route(self, header: RequestHeader, body: memoryview, context: Context,
+              decoded: Callable[[], Mapping[str, Any] | None] | None = None) -> LocalApi | Route:
         """The local API that answers this request, or a :class:`Route`.
 
         A request the broker advertises but the sidecar cannot parse goes by
         ``sidecar.unparsed.request.policy``: answered as unsupported (``answer``), forwarded
         opaque (``forward``; never an API whose answers name brokers: it could not be
         rewritten), or the connection closed (``close``). ``body`` is the frame after its
-        size (header included).
+        size (header included); ``decoded()`` gives its body decoded for an entry's ``takes``
+        (``None``: it cannot be; by default decoded here).
         """
         key, version = header.api_key, header.api_version
         local = self.table.get(key)
         if local is not None and (
-            local.takes is None or local.takes(header, body[header.size :], context)
+            local.takes is None
+            or local.takes(header, decoded() if decoded is not None else self._decoded(header, body), context)
         ):
             if local.any_version or local.versions[0] <= version <= local.versions[1]:
                 return local
@@ -111,6 +117,16 @@ class Router:
             return UNPARSED if policy == "close" else UNSUPPORTED
         known = self.registry.get(key)
         return FORWARD if known is not None and version in known.versions else UNSUPPORTED
+
+    def _decoded(self, header: RequestHeader, body: memoryview) -> Mapping[str, Any] | None:
+        api = self.registry.get(header.api_key)
+        if api is None or header.api_version not in api.versions:
+            return None
+        try:
+            decoded: Mapping[str, Any] = decode(api.request, header.api_version, body[header.size :])
+        except ProtocolError:
+            return None
+        return decoded
 
     def streaming(self, header: RequestHeader) -> Streaming | None:
         """How a response to ``header`` may be forwarded as it arrives, or ``None`` when

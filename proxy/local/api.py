@@ -123,8 +123,11 @@ class Handler(Protocol):
         ...
 
 
-#: ``takes(header, body after the header, context)``: whether this entry answers it.
-Takes = Callable[[RequestHeader, memoryview, Context], bool]
+#: ``takes(header, body, context)``: whether this entry answers the request; ``body`` is
+#: decoded with the API's schema, or ``None`` when it cannot be (a version the table does not
+#: know, or bytes that do not read). The same decoding serves the handler: a body is decoded
+#: once.
+Takes = Callable[[RequestHeader, "Mapping[str, Any] | None", Context], bool]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,13 +9,13 @@ answers them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
 
 from protocol.apis import ApiRegistry
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
-from protocol.schema import decode
-from proxy.local.api import Answer, Context, Later, LocalApi, LocalRequest, Respond
+from proxy.local.api import Answer, Context, Later, LocalApi, LocalRequest, Respond, Takes
 from quotas import admin
 
 log = logging.getLogger(__name__)
@@ -24,16 +24,14 @@ DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
 
 
-def takes(registry: ApiRegistry) -> Callable[[RequestHeader, memoryview, Context], bool]:
+def takes(registry: ApiRegistry) -> Takes:
     """The predicate: True when the sidecar answers this quota request (it names ``ip``)."""
 
-    def predicate(header: RequestHeader, body: memoryview, context: Context) -> bool:
+    def predicate(header: RequestHeader, request: Mapping[str, Any] | None, context: Context) -> bool:
         api = registry.get(header.api_key)
         if api is None or header.api_version not in api.versions:
             return False
-        try:
-            request = decode(api.request, header.api_version, body)
-        except Exception:  # a body we cannot read is answered (and closed) locally
+        if request is None:  # a body we cannot read is answered (and closed) locally
             return True
         if header.api_key == DESCRIBE_CLIENT_QUOTAS:
             info = context.ports.upstream.info

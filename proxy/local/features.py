@@ -15,7 +15,7 @@ the first refusal.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from coordinator.features import (
@@ -26,8 +26,7 @@ from coordinator.features import (
 )
 from protocol.apis import ApiRegistry
 from protocol.headers import RequestHeader
-from protocol.schema import decode
-from proxy.local.api import Answer, Context, Later, LocalApi, LocalRequest, Respond
+from proxy.local.api import Answer, Context, Later, LocalApi, LocalRequest, Respond, Takes
 
 UPDATE_FEATURES = 57
 
@@ -36,18 +35,14 @@ def _names(body: Any) -> list[str]:
     return [str(entry["Feature"] or "") for entry in body["FeatureUpdates"]]
 
 
-def takes(registry: ApiRegistry) -> Callable[[RequestHeader, memoryview, Context], bool]:
+def takes(registry: ApiRegistry) -> Takes:
     """True when the request names a feature of the sidecar's (else the broker answers)."""
 
-    def predicate(header: RequestHeader, body: memoryview, context: Context) -> bool:
+    def predicate(header: RequestHeader, request: Mapping[str, Any] | None, context: Context) -> bool:
         features = context.ports.features
         api = registry.api(UPDATE_FEATURES)
-        if features is None or header.api_version not in api.versions:
-            return False
-        try:
-            request = decode(api.request, header.api_version, body)
-        except Exception:  # unreadable: the broker answers it as it would
-            return False
+        if features is None or header.api_version not in api.versions or request is None:
+            return False  # unreadable: the broker answers it as it would
         return any(features.owns(name) for name in _names(request))
 
     return predicate

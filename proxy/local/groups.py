@@ -13,7 +13,7 @@ the broker's, and such a request is forwarded (and its answer's address rewritte
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +47,7 @@ from coordinator.messages.offsets import (
 from coordinator.outcome import Response, Step
 from protocol.apis import ApiRegistry
 from protocol.headers import RequestHeader
-from protocol.schema import decode
-from proxy.local.api import Answer, Context, Handler, Later, LocalApi, LocalRequest, Respond
+from proxy.local.api import Answer, Context, Handler, Later, LocalApi, LocalRequest, Respond, Takes
 from proxy.local.ports import GroupPort, Pending
 
 FIND_COORDINATOR = 10
@@ -207,18 +206,13 @@ def _gated_off(request: LocalRequest, context: Context) -> dict[str, Any] | None
     return {"ThrottleTimeMs": 0, "ErrorCode": UNSUPPORTED_VERSION, "ErrorMessage": message}
 
 
-def _group_keys_only(registry: ApiRegistry) -> Callable[[RequestHeader, memoryview, Context], bool]:
+def _group_keys_only(registry: ApiRegistry) -> Takes:
     """FindCoordinator is ours for groups; a transaction coordinator is the broker's."""
 
-    def takes(header: RequestHeader, body: memoryview, context: Context) -> bool:
-        api = registry.api(FIND_COORDINATOR)
-        if header.api_version not in api.versions:
-            return True  # answered "unsupported" by the sidecar
-        try:
-            decoded = decode(api.request, header.api_version, body)
-        except Exception:  # unreadable: the sidecar answers (and closes)
+    def takes(header: RequestHeader, body: Mapping[str, Any] | None, context: Context) -> bool:
+        if body is None:  # a version we do not know ("unsupported"), or unreadable (closed)
             return True
-        return int(decoded.get("KeyType", KEY_TYPE_GROUP) or 0) == KEY_TYPE_GROUP
+        return int(body.get("KeyType", KEY_TYPE_GROUP) or 0) == KEY_TYPE_GROUP
 
     return takes
 

@@ -343,3 +343,24 @@ def test_the_worked_example_in_the_docs_runs_as_written(tmp_path: Any, monkeypat
     header = decode_request_header(changed.frame[4:], REGISTRY)
     theirs = CreateTopicsRequest[5].decode(bytes(changed.frame[4 + header.size :]))
     assert [(t.name, t.num_partitions) for t in theirs.topics] == [("alice.orders", 3), ("alice.audit", 6)]
+
+
+def test_a_local_apis_body_is_decoded_once_for_its_predicate_and_its_handler() -> None:
+    from proxy.local.api import LocalApi, LocalRequest
+
+    seen: list[object] = []
+
+    def takes(header: Any, body: Mapping[str, Any] | None, context: Context) -> bool:
+        seen.append(body)
+        return body is not None and body["Topics"][0]["Name"] == "ours"
+
+    def handler(request: LocalRequest, context: Context) -> Respond:
+        seen.append(request.body)
+        return Respond(body=b"")
+
+    table = LocalApiTable([LocalApi(key=19, name="CreateTopics", versions=(5, 5), handler=handler, takes=takes)])
+    router = Router(REGISTRY, table, NoUpstreamInfo(), Rewriter(StaticAddressBook({}), "PLAINTEXT"))
+    chain = Dispatch(REGISTRY, router, SidecarMetrics(REGISTRY))
+    assert isinstance(decide(chain, create_topics(("ours", 1, 1))), Answer)
+    assert len(seen) == 2 and seen[0] is seen[1]  # one decoding, shared
+    assert isinstance(decide(chain, create_topics(("theirs", 1, 1))), Forward)
