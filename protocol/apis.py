@@ -42,6 +42,13 @@ DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+#: The admin APIs the sidecar answers for what it owns: its ACLs, per-IP quotas, KIP-584 features.
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
+DESCRIBE_CLIENT_QUOTAS = 48
+ALTER_CLIENT_QUOTAS = 49
+UPDATE_FEATURES = 57
 #: The highest API key Kafka has assigned (as far as the generated table knows).
 KAFKA_MAX_API_KEY = max(REQUESTS)
 
