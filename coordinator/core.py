@@ -81,6 +81,7 @@ from coordinator.offsets import Offsets
 from coordinator.outcome import GroupWrite, OffsetValue, R, Response, Step, Write
 from coordinator.settings import CoordinatorSettings
 from coordinator.topics import TopicsSnapshot
+from protocol import apis
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +89,19 @@ log = logging.getLogger(__name__)
 #: the coordinator is embedded, whatever the broker supports. TxnOffsetCommit (28) is not
 #: here: it is answered, but only with a refusal.
 SERVED_API_VERSIONS: dict[int, tuple[int, int]] = {
-    8: (0, 10),   # OffsetCommit
-    9: (0, 10),   # OffsetFetch
-    10: (0, 6),   # FindCoordinator
-    11: (0, 9),   # JoinGroup
-    12: (0, 4),   # Heartbeat
-    13: (0, 5),   # LeaveGroup
-    14: (0, 5),   # SyncGroup
-    15: (0, 6),   # DescribeGroups
-    16: (0, 5),   # ListGroups
-    42: (0, 2),   # DeleteGroups
-    47: (0, 0),   # OffsetDelete
-    68: (0, 1),   # ConsumerGroupHeartbeat
-    69: (0, 1),   # ConsumerGroupDescribe
+    apis.OFFSET_COMMIT: (0, 10),
+    apis.OFFSET_FETCH: (0, 10),
+    apis.FIND_COORDINATOR: (0, 6),
+    apis.JOIN_GROUP: (0, 9),
+    apis.HEARTBEAT: (0, 4),
+    apis.LEAVE_GROUP: (0, 5),
+    apis.SYNC_GROUP: (0, 5),
+    apis.DESCRIBE_GROUPS: (0, 6),
+    apis.LIST_GROUPS: (0, 5),
+    apis.DELETE_GROUPS: (0, 2),
+    apis.OFFSET_DELETE: (0, 0),
+    apis.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    apis.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 RETENTION = ("offsets.retention",)

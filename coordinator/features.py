@@ -32,6 +32,9 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from protocol.apis import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
+from protocol.errors import ErrorCode
+
 GROUP_VERSION = "group.version"
 AUDIT_FORMAT = "ksidecar.audit.format"
 #: The prefix of every feature the sidecar invents (never one of Kafka's).
@@ -44,15 +47,17 @@ STATUS_ENABLED = 1
 
 #: API keys served only from a feature level on: ``{api key: (feature, min level)}``.
 GATED_APIS: dict[int, tuple[str, int]] = {
-    68: (GROUP_VERSION, 1),  # ConsumerGroupHeartbeat (KIP-848)
-    69: (GROUP_VERSION, 1),  # ConsumerGroupDescribe
+    CONSUMER_GROUP_HEARTBEAT: (GROUP_VERSION, 1),  # KIP-848
+    CONSUMER_GROUP_DESCRIBE: (GROUP_VERSION, 1),
 }
 
-# Kafka's error codes (protocol/errors.py has them too; the core stays free of protocol).
-NONE = 0
-CLUSTER_AUTHORIZATION_FAILED = 31
-INVALID_REQUEST = 42
-FEATURE_UPDATE_FAILED = 96
+
+
+# The error codes feature decisions answer with, by their names in the one enum.
+NONE = ErrorCode.NONE
+CLUSTER_AUTHORIZATION_FAILED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+FEATURE_UPDATE_FAILED = ErrorCode.FEATURE_UPDATE_FAILED
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +315,7 @@ class UpdatePlan:
 
 
 def _invalid(message: str) -> FeatureError:
-    return FeatureError(code=INVALID_REQUEST, message=message)
+    return FeatureError(code=ErrorCode.INVALID_REQUEST, message=message)
 
 
 def _flag_words(update: FeatureUpdate) -> str:
@@ -405,6 +410,6 @@ def plan_update(
 
 def concurrent_update_error(epoch: int) -> FeatureError:
     """The answer when another writer changed ``/feature`` between our read and our write."""
-    return FeatureError(code=FEATURE_UPDATE_FAILED, message=(
+    return FeatureError(code=ErrorCode.FEATURE_UPDATE_FAILED, message=(
         f"Failed to update the finalized features: {FEATURE_PATH} changed concurrently (epoch {epoch} "
         "is no longer current); read the features again and retry."))

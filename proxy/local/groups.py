@@ -45,14 +45,26 @@ from coordinator.messages.offsets import (
     TxnOffsetCommitRequest,
 )
 from coordinator.outcome import Response, Step
-from protocol.apis import ApiRegistry
+from protocol.apis import (
+    CONSUMER_GROUP_DESCRIBE,
+    CONSUMER_GROUP_HEARTBEAT,
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
+    ApiRegistry,
+)
 from protocol.headers import RequestHeader
 from proxy.local.api import Answer, Context, Handler, Later, LocalApi, LocalRequest, Respond, Takes
 from proxy.local.ports import GroupPort, Pending
-
-FIND_COORDINATOR = 10
-TXN_OFFSET_COMMIT = 28
-CONSUMER_GROUP_HEARTBEAT = 68
 
 #: Builds the core call for one decoded request: ``(request, context) -> (core, now) -> Step``,
 #: naming the groups the request is about.
@@ -101,32 +113,35 @@ def _consumer_heartbeat(request: LocalRequest, context: Context) -> CoreCall:
     return CoreCall(group_ids_of(req), call)
 
 
-def _simple(kind: Any, method: str, with_now: bool) -> CallFor:
+def _simple(parse: Callable[[int, Any], Any], call: Callable[[GroupCoordinator, Any, int], Step[Any]]) -> CallFor:
+    """A request that becomes one core call: ``parse(version, body)`` gives the typed request,
+    ``call(core, request, now)`` asks the core."""
+
     def call_for(request: LocalRequest, context: Context) -> CoreCall:
-        req = kind.from_wire(request.version, _body(request))
-        if with_now:
-            return CoreCall(group_ids_of(req), lambda core, now: getattr(core, method)(req, now))
-        return CoreCall(group_ids_of(req), lambda core, now: getattr(core, method)(req))
+        req = parse(request.version, _body(request))
+        return CoreCall(group_ids_of(req), lambda core, now: call(core, req, now))
 
     return call_for
 
 
 #: API key -> how its request becomes a core call.
 CALLS: dict[int, CallFor] = {
-    8: _simple(OffsetCommitRequest, "offset_commit", True),
-    9: _simple(OffsetFetchRequest, "offset_fetch", False),
+    OFFSET_COMMIT: _simple(OffsetCommitRequest.from_wire, lambda core, req, now: core.offset_commit(req, now)),
+    OFFSET_FETCH: _simple(OffsetFetchRequest.from_wire, lambda core, req, now: core.offset_fetch(req)),
     FIND_COORDINATOR: _find,
-    11: _join,
-    12: _simple(HeartbeatRequest, "heartbeat", True),
-    13: _simple(LeaveGroupRequest, "leave_group", True),
-    14: _simple(SyncGroupRequest, "sync_group", True),
-    15: _simple(DescribeGroupsRequest, "describe_groups", False),
-    16: _simple(ListGroupsRequest, "list_groups", False),
-    TXN_OFFSET_COMMIT: _simple(TxnOffsetCommitRequest, "txn_offset_commit", False),
-    42: _simple(DeleteGroupsRequest, "delete_groups", True),
-    47: _simple(OffsetDeleteRequest, "offset_delete", False),
+    JOIN_GROUP: _join,
+    HEARTBEAT: _simple(HeartbeatRequest.from_wire, lambda core, req, now: core.heartbeat(req, now)),
+    LEAVE_GROUP: _simple(LeaveGroupRequest.from_wire, lambda core, req, now: core.leave_group(req, now)),
+    SYNC_GROUP: _simple(SyncGroupRequest.from_wire, lambda core, req, now: core.sync_group(req, now)),
+    DESCRIBE_GROUPS: _simple(DescribeGroupsRequest.from_wire, lambda core, req, now: core.describe_groups(req)),
+    LIST_GROUPS: _simple(ListGroupsRequest.from_wire, lambda core, req, now: core.list_groups(req)),
+    TXN_OFFSET_COMMIT: _simple(TxnOffsetCommitRequest.from_wire,
+                               lambda core, req, now: core.txn_offset_commit(req)),
+    DELETE_GROUPS: _simple(DeleteGroupsRequest.from_wire, lambda core, req, now: core.delete_groups(req, now)),
+    OFFSET_DELETE: _simple(OffsetDeleteRequest.from_wire, lambda core, req, now: core.offset_delete(req)),
     CONSUMER_GROUP_HEARTBEAT: _consumer_heartbeat,
-    69: _simple(ConsumerGroupDescribeRequest, "consumer_group_describe", False),
+    CONSUMER_GROUP_DESCRIBE: _simple(ConsumerGroupDescribeRequest.from_wire,
+                                     lambda core, req, now: core.consumer_group_describe(req)),
 }
 
 
