@@ -79,6 +79,7 @@ from proxy.datapath.routing import Router, Streaming
 from proxy.datapath.silent import SilentProduces
 from proxy.datapath.streaming import stream_response
 from proxy.datapath.wire import Wire, wire_for
+from proxy.datapath.writer import ClientWriter
 from proxy.local.api import Answer as LocalAnswer
 from proxy.local.api import Close as LocalClose
 from proxy.local.api import Context, Later, Respond
@@ -174,11 +175,11 @@ class Connection:
     """
 
     __slots__ = (
-        "_expired", "_held", "_nursery", "_pool", "_reading", "_receive_scope", "_stop", "_unsent",
-        "_upstream", "_upstream_wire", "_writer_started", "_writing", "client", "client_wire", "context",
+        "_expired", "_held", "_nursery", "_pool", "_receive_scope", "_stop", "_upstream", "_upstream_wire",
+        "client", "client_wire", "context",
         "dispatch", "frame_began", "gate", "last_receive", "listener", "max_buffered", "max_in_flight",
         "metrics", "parts", "peer", "registry", "responses", "silent_produces", "stats", "tap", "tracker",
-        "upstream_answered", "upstream_expected", "upstream_slots",
+        "upstream_answered", "upstream_expected", "upstream_slots", "writer",
     )  # fmt: skip
 
     def __init__(self, parts: Parts, client: trio.abc.Stream, context: Context) -> None:
@@ -208,7 +209,6 @@ class Connection:
         self.upstream_expected = 0
         self.upstream_answered = 0
         self.stats = ConnectionStats()
-        self._reading = True
         #: Set by :meth:`stop_reading`; the pump stops at its next frame boundary.
         self._stop = False
         #: The scope of the one read in progress (cancelled by :meth:`stop_reading`).
@@ -217,11 +217,8 @@ class Connection:
         #: The broker link, dialled when the first request must be forwarded.
         self._upstream: trio.abc.Stream | None = None
         self._upstream_wire: Wire | None = None
-        #: True while a write to the client is under way (one writer at a time).
-        self._writing = False
-        self._writer_started = False
-        #: The rest of a write the client's socket did not take at once (the writer's).
-        self._unsent: memoryview | None = None
+        #: Writes to the client, in request order (:mod:`proxy.datapath.writer`).
+        self.writer = ClientWriter(self.responses, self.client_wire, self._account, self.tap)
         #: Request bytes this connection holds in the sidecar-wide pool, and which pool.
         self._held = 0
         self._pool = MAIN
@@ -255,8 +252,7 @@ class Connection:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                if not self.client_wire.writes_at_once:
-                    self._start_writer()
+                self.writer.attach(nursery)
                 # The pump is the nursery's body, not a task of its own (one task fewer per
                 # connection); the nursery holds the writer and the answers-later.
                 await self._client_pump(nursery.cancel_scope)
@@ -370,7 +366,7 @@ class Connection:
                     await self._wait_for_capacity()
                 await self._on_request(frame, parts)
             await self._send_upstream(parts)
-            self._deliver()
+            self.writer.deliver()
             if not decoder.buffered:
                 self.frame_began = None
             elif completed or self.frame_began is None:
@@ -391,8 +387,8 @@ class Connection:
                     if began is not None:
                         self.frame_began = max(began, trio.current_time())
         # Draining: no more requests; let the writer finish what is in flight.
-        self._reading = False
-        self._wake_writer()
+        self.writer.reading = False
+        self.writer.wake()
 
     async def _read_client(self, decoder: FrameBuffer) -> bool:
         """One read from the client into ``decoder``; False if a drain interrupted it."""
@@ -415,7 +411,7 @@ class Connection:
         answers is not idle; nor is one that is draining."""
         if now < self.last_receive + timeout or self._nursery is None:
             return False
-        if self.responses.slots or not self._reading:
+        if self.responses.slots or not self.writer.reading:
             # Busy or draining: the idle time counts again from now (at the sweep's
             # precision), as from the last request.
             self.last_receive = now
@@ -448,7 +444,7 @@ class Connection:
         if self.tap is not None and self.tap.blocked:
             await self._wait_for_observers()
         while True:
-            self._deliver()  # answers filled in this read may be what frees the room
+            self.writer.deliver()  # answers filled in this read may be what frees the room
             if not self._at_capacity():
                 return
             await self.responses.wait_for_room()
@@ -482,7 +478,7 @@ class Connection:
         decision = dispatch.decide(header, frame, self.context, record.expects_response)
         if isinstance(decision, Refresh):  # topic IDs nobody named yet: ask the broker, once
             await self._send_upstream(parts)
-            self._deliver()
+            self.writer.deliver()
             await decision.wait()
             decision = dispatch.decide(header, frame, self.context, record.expects_response, refreshed=True)
         if isinstance(decision, Forward):
@@ -525,7 +521,7 @@ class Connection:
                 # The next request depends on this answer (a login): what was gathered
                 # goes first, then the pump waits.
                 await self._send_upstream(parts)
-                self._deliver()
+                self.writer.deliver()
                 await self._answer_later(answer, record, slot)
             else:
                 self._nursery.start_soon(self._answer_later, answer, record, slot)
@@ -538,7 +534,7 @@ class Connection:
         answer = await later.answer()
         if isinstance(answer, Respond):
             self.responses.fill(slot, self.dispatch.encoded(record.header, answer), trio.current_time())
-            self._deliver()
+            self.writer.deliver()
         else:
             await self._close(answer, record, slot)
 
@@ -548,7 +544,7 @@ class Connection:
             self.responses.fill(slot, self.dispatch.encoded(record.header, close.answer), trio.current_time())
         else:
             self._drop_slot(slot)
-        self._deliver()
+        self.writer.deliver()
         with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
             while self.responses.slots:
                 await self.responses.wait_for_room()
@@ -630,7 +626,7 @@ class Connection:
             return
         wire = self._upstream_wire
         if wire is None:
-            self._deliver()  # local answers gathered so far need not wait for the dial
+            self.writer.deliver()  # local answers gathered so far need not wait for the dial
             wire = await self._open_upstream()
         frames = parts.copy()
         parts.clear()
@@ -682,7 +678,7 @@ class Connection:
                 if frame is NEED_DATA or frame is EOF:
                     break
                 self._on_response(frame)
-            self._deliver()
+            self.writer.deliver()
             if frame is NEED_DATA and decoder.gathering - decoder.buffered >= STREAM_MIN:
                 streaming = self._streamable(decoder)
                 if streaming is not None:
@@ -719,8 +715,9 @@ class Connection:
         when no response filter needs it whole (:meth:`Dispatch.streaming`).
         """
         slots = self.upstream_slots
-        if not slots or self.responses.slots[0] is not slots[0] or self._writing \
-                or self._unsent is not None or self.silent_produces \
+        writer = self.writer
+        if not slots or self.responses.slots[0] is not slots[0] or writer.writing \
+                or writer.unsent is not None or self.silent_produces \
                 or (self.tap is not None and self.tap.blocked):
             return None
         slot = slots[0]
@@ -746,7 +743,7 @@ class Connection:
 
     def begin_stream(self, body: memoryview) -> None:
         """A streamed answer starts: paired with its request; the client's wire is its own."""
-        self._writing = True  # nothing else may go to the client until this answer is out
+        self.writer.writing = True  # nothing else may go to the client until this answer is out
         self._answered(body)
 
     async def read_upstream(self, into: memoryview) -> int:
@@ -766,9 +763,9 @@ class Connection:
         slot.streamed = sent
         slot.whole = whole
         slot.api.streamed.inc()
-        self._writing = False
+        self.writer.writing = False
         self.responses.fill(slot, rest, trio.current_time())
-        self._deliver()
+        self.writer.deliver()
 
     def _answered(self, body: memoryview) -> InFlight:
         """Pair a response with its request (the oldest forwarded): the correlation id is
@@ -821,7 +818,7 @@ class Connection:
         if isinstance(patched, Close):
             raise ConnectionClosed(patched.reason, patched.detail)
         self.responses.fill(slot, patched, trio.current_time())
-        self._deliver()
+        self.writer.deliver()
 
     def _unasked(self, body: memoryview) -> bool:
         """True (and counted) for a broker's answer to a Produce with acks=0: dropped."""
@@ -833,48 +830,7 @@ class Connection:
         self.stats.extra["unasked_responses"] = self.stats.extra.get("unasked_responses", 0) + 1
         return True
 
-    # -- writer ------------------------------------------------------------------------
-
-    def _deliver(self) -> None:
-        """Write the ready head of the FIFO now, if the client's socket takes it at once.
-
-        Called by whoever filled slots, once per read (the pumps) or per answer (an
-        answer-later): a response leaves without waking the writer task (a task switch
-        each way, 13 µs a round trip measured on this machine). What the kernel does not
-        take at once, a wire that cannot write without waiting (TLS), or observers that
-        ask to wait, are the writer task's.
-        """
-        responses = self.responses
-        if self._writing or not responses.head_ready:
-            return
-        wire = self.client_wire
-        if (self._unsent is not None or not wire.writes_at_once
-                or (self.tap is not None and self.tap.blocked)):
-            self._wake_writer()
-            return
-        done = responses.ready_prefix()
-        data = done[0].data if len(done) == 1 else b"".join([slot.data for slot in done])  # type: ignore[misc]
-        assert data is not None
-        sent = wire.try_send(data)
-        if sent < len(data):
-            self._unsent = memoryview(data)[sent:]
-            self._wake_writer()
-        self._account(done)
-        responses.written()
-        if not self._reading and not responses.slots:
-            self._wake_writer()  # the drain is complete: the writer ends the connection
-
-    def _wake_writer(self) -> None:
-        """Make the writer task look again, starting it the first time."""
-        if self._writer_started:
-            self.responses.wake_writer()
-        else:
-            self._start_writer()
-
-    def _start_writer(self) -> None:
-        assert self._nursery is not None
-        self._writer_started = True
-        self._nursery.start_soon(self._writer)
+    # -- writer (proxy.datapath.writer) ----------------------------------------------------
 
     def _account(self, done: list[Slot]) -> None:
         """Metrics and observers for answers handed to the client."""
@@ -895,35 +851,6 @@ class Connection:
                 self._observe(slot, slot.data if slot.whole is None else slot.whole, now)
             slot.data = slot.whole = None
         self.stats.responses += len(done)
-
-    async def _writer(self) -> None:
-        """Writes that must wait: the rest of an inline write, and every write on TLS.
-
-        It also ends a drained connection: reading stopped and every answer is out.
-        """
-        responses = self.responses
-        wire = self.client_wire
-        while True:
-            unsent = self._unsent
-            if unsent is not None:
-                self._writing = True
-                self._unsent = None
-                await wire.send(unsent)
-                self._writing = False
-                continue
-            done = responses.ready_prefix()
-            if done:
-                self._writing = True
-                await wire.send_parts([slot.data for slot in done])  # type: ignore[misc]
-                self._account(done)
-                if self.tap is not None and self.tap.blocked:
-                    await self._wait_for_observers()
-                responses.written()
-                self._writing = False
-                continue
-            if not self._reading and not responses.slots:
-                raise ConnectionClosed("drained")
-            await responses.wait_for_writer_work()
 
     # -- observers (KIP-388, proxy.datapath.observed) ---------------------------------------
 
