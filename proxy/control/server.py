@@ -484,7 +484,7 @@ class Sidecar:
             gauge.dec()
             self.connections.discard(connection)
             self.forwarded_total += connection.stats.forwarded
-            self.broker_answers_total += connection.upstream_answered
+            self.broker_answers_total += connection.link.answered
             if self.draining and not self.connections:
                 self._all_closed.set()
 

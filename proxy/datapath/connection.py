@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NoReturn, overload
+from typing import NoReturn
 
 import trio
 
@@ -54,31 +54,28 @@ from protocol.apis import ApiRegistry
 from protocol.correlation import CorrelationTracker, FrameKind, InFlight
 from protocol.errors import FrameError, ProtocolError
 from protocol.framing import EOF, NEED_DATA
-from protocol.headers import RequestHeader
 from protocol.leniency import QUIET, Leniency
 from proxy.config.settings import ConnectionSettings
 from proxy.datapath.authorize import Authorization, Denials, Patch
+from proxy.datapath.broker_link import HEADER_VIEW, BrokerLink, OpenUpstream
 from proxy.datapath.dispatch import (
     Answer,
     Close,
     Dispatch,
     Forward,
     Gate,
-    PatchLater,
     Refresh,
     RequestFilter,
 )
-from proxy.datapath.errors import ConnectionClosed, UpstreamError, frame_cause, reason_of
+from proxy.datapath.errors import ConnectionClosed, frame_cause, reason_of
 from proxy.datapath.frames import FrameBuffer
 from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import MAIN, RequestMemory
 from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.observed import hand_over, wait_for_room
 from proxy.datapath.responder import Responses, Slot
-from proxy.datapath.routing import Router, Streaming
-from proxy.datapath.silent import SilentProduces
-from proxy.datapath.streaming import stream_response
-from proxy.datapath.wire import Wire, wire_for
+from proxy.datapath.routing import Router
+from proxy.datapath.wire import wire_for
 from proxy.datapath.writer import ClientWriter
 from proxy.local.api import Answer as LocalAnswer
 from proxy.local.api import Close as LocalClose
@@ -86,29 +83,10 @@ from proxy.local.api import Context, Later, Respond
 
 log = logging.getLogger(__name__)
 
-#: The broker-side queue of a connection that has forwarded nothing yet (never appended to).
-_NO_SLOTS: deque[Slot] = deque(maxlen=0)
-
 RECEIVE_SIZE = 65536
-#: Reads from the broker: Fetch responses run to megabytes, and each read is a trip
-#: through the event loop and a chunk the frame decoder gathers.
-UPSTREAM_RECEIVE_SIZE = 262144
-#: A response with at least this much still to come when its head arrives is forwarded
-#: as it arrives (cut-through, :mod:`proxy.datapath.streaming`) when nothing is ahead of it
-#: for the client.
-STREAM_MIN = 131072
-#: Header decoding is given at most this much of a frame: a request header or a
-#: response's correlation id lies in the first bytes (a longer header is retried on the
-#: whole frame), so a megabyte Produce is never copied to read its header.
-HEADER_VIEW = 65536
-#: An answer the ACLs patch at least this large is patched in slices by a task of its own
-#: (:meth:`Dispatch.patch_in_slices`), the event loop serving other connections in between.
-PATCH_LATER_MIN = 262144
 #: How long a closing connection waits for the answers it still owes (a refused login).
 CLOSE_FLUSH_TIMEOUT = 5.0
 
-#: Opens a link to the broker; raises :class:`UpstreamError` when it cannot.
-OpenUpstream = Callable[[], Awaitable[trio.abc.Stream]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,11 +153,10 @@ class Connection:
     """
 
     __slots__ = (
-        "_expired", "_held", "_nursery", "_pool", "_receive_scope", "_stop", "_upstream", "_upstream_wire",
-        "client", "client_wire", "context",
-        "dispatch", "frame_began", "gate", "last_receive", "listener", "max_buffered", "max_in_flight",
-        "metrics", "parts", "peer", "registry", "responses", "silent_produces", "stats", "tap", "tracker",
-        "upstream_answered", "upstream_expected", "upstream_slots", "writer",
+        "_expired", "_held", "_nursery", "_pool", "_receive_scope", "_stop", "client", "client_wire",
+        "context", "dispatch", "frame_began", "gate", "last_receive", "link", "listener", "max_buffered",
+        "max_in_flight", "metrics", "parts", "peer", "registry", "responses", "stats", "tap", "tracker",
+        "writer",
     )  # fmt: skip
 
     def __init__(self, parts: Parts, client: trio.abc.Stream, context: Context) -> None:
@@ -201,24 +178,20 @@ class Connection:
         self.gate = parts.gate(context)
         self.tracker = CorrelationTracker(parts.registry)
         self.responses = Responses()
-        #: Slots of the requests sent to the broker, oldest first (made at the first one).
-        self.upstream_slots: deque[Slot] = _NO_SLOTS
-        #: Produce requests with acks=0 sent upstream, in case the broker answers them
-        #: (:mod:`proxy.datapath.silent`; made at the first one).
-        self.silent_produces: SilentProduces | None = None
-        self.upstream_expected = 0
-        self.upstream_answered = 0
         self.stats = ConnectionStats()
         #: Set by :meth:`stop_reading`; the pump stops at its next frame boundary.
         self._stop = False
         #: The scope of the one read in progress (cancelled by :meth:`stop_reading`).
         self._receive_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
-        #: The broker link, dialled when the first request must be forwarded.
-        self._upstream: trio.abc.Stream | None = None
-        self._upstream_wire: Wire | None = None
         #: Writes to the client, in request order (:mod:`proxy.datapath.writer`).
         self.writer = ClientWriter(self.responses, self.client_wire, self._account, self.tap)
+        #: The broker side: the link, the answers owed, the upstream pump (:mod:`proxy.datapath.broker_link`).
+        self.link = BrokerLink(
+            open_upstream=parts.open_upstream, failed=parts.upstream_failed,
+            max_response=settings.response_max_bytes, responses=self.responses, writer=self.writer,
+            client_wire=self.client_wire, dispatch=self.dispatch, tracker=self.tracker, gate=self.gate,
+            tap=self.tap, metrics=self.metrics, extra=self.stats.extra)
         #: Request bytes this connection holds in the sidecar-wide pool, and which pool.
         self._held = 0
         self._pool = MAIN
@@ -253,6 +226,7 @@ class Connection:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.writer.attach(nursery)
+                self.link.attach(nursery)
                 # The pump is the nursery's body, not a task of its own (one task fewer per
                 # connection); the nursery holds the writer and the answers-later.
                 await self._client_pump(nursery.cancel_scope)
@@ -267,8 +241,7 @@ class Connection:
             self._held = 0
             if self.tap is not None:
                 self._observe_unanswered()
-            if self._upstream is not None:
-                await trio.aclose_forcefully(self._upstream)
+            await self.link.close()
             if reason == "drained":
                 await self._close_gently()
             await trio.aclose_forcefully(self.client)
@@ -353,7 +326,7 @@ class Connection:
                 except ProtocolError as exc:  # EOF inside a frame
                     raise ConnectionClosed("truncated", str(exc)) from None
                 if frame is EOF:
-                    await self._send_upstream(parts)
+                    await self.link.send(parts)
                     scope.cancel()  # the client is gone: answers cannot be delivered
                     return
                 if frame is NEED_DATA:
@@ -362,10 +335,10 @@ class Connection:
                 if self._at_capacity():
                     # One read can hold many requests: the bound holds per request.
                     # Send what is gathered first, or its answers could never come.
-                    await self._send_upstream(parts)
+                    await self.link.send(parts)
                     await self._wait_for_capacity()
                 await self._on_request(frame, parts)
-            await self._send_upstream(parts)
+            await self.link.send(parts)
             self.writer.deliver()
             if not decoder.buffered:
                 self.frame_began = None
@@ -477,7 +450,7 @@ class Connection:
         api.request_bytes.inc(len(frame))
         decision = dispatch.decide(header, frame, self.context, record.expects_response)
         if isinstance(decision, Refresh):  # topic IDs nobody named yet: ask the broker, once
-            await self._send_upstream(parts)
+            await self.link.send(parts)
             self.writer.deliver()
             await decision.wait()
             decision = dispatch.decide(header, frame, self.context, record.expects_response, refreshed=True)
@@ -520,13 +493,13 @@ class Connection:
             if answer.hold:
                 # The next request depends on this answer (a login): what was gathered
                 # goes first, then the pump waits.
-                await self._send_upstream(parts)
+                await self.link.send(parts)
                 self.writer.deliver()
                 await self._answer_later(answer, record, slot)
             else:
                 self._nursery.start_soon(self._answer_later, answer, record, slot)
         else:
-            await self._send_upstream(parts)
+            await self.link.send(parts)
             await self._close(answer, record, slot)
 
     async def _answer_later(self, later: Later, record: InFlight, slot: Slot) -> None:
@@ -610,225 +583,11 @@ class Connection:
             if self.tap is not None:
                 slot.request = frame
             self.responses.take(slot)
-            if self.upstream_slots is _NO_SLOTS:
-                self.upstream_slots = deque()
-            self.upstream_slots.append(slot)
-            self.upstream_expected += 1
+            self.link.expect(slot)
         elif record.header is not None:  # Produce with acks=0
-            if self.silent_produces is None:
-                self.silent_produces = SilentProduces()
-            self.silent_produces.sent(record.header.correlation_id, self.upstream_expected)
+            self.link.sent_silent(record.header.correlation_id)
             if self.tap is not None:  # no response will come: the exchange is complete
                 self._observe(Slot(record, api, now, forwarded_at=now, request=frame, denials=denials), None, now)
-
-    async def _send_upstream(self, parts: list[bytes | memoryview]) -> None:
-        if not parts:
-            return
-        wire = self._upstream_wire
-        if wire is None:
-            self.writer.deliver()  # local answers gathered so far need not wait for the dial
-            wire = await self._open_upstream()
-        frames = parts.copy()
-        parts.clear()
-        try:
-            await wire.send_parts(frames)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self.parts.upstream_failed(f"sending to the broker failed: {exc}", False)
-            raise ConnectionClosed("upstream_reset", f"sending to the broker failed: {exc}") from None
-
-    async def _open_upstream(self) -> Wire:
-        """Dial the broker for the first request that must be forwarded.
-
-        A connection that only asks the sidecar (ApiVersions, BrokerMetadata), or never
-        completes a request, costs the broker nothing.
-        """
-        try:
-            upstream = await self.parts.open_upstream()
-        except UpstreamError as exc:
-            self.parts.upstream_failed(str(exc), True)
-            raise ConnectionClosed("upstream_unreachable", str(exc)) from None
-        self._upstream = upstream
-        wire = self._upstream_wire = wire_for(upstream)
-        assert self._nursery is not None
-        self._nursery.start_soon(self._upstream_pump, wire)
-        return wire
-
-    # -- upstream side -----------------------------------------------------------------
-
-    async def _upstream_pump(self, wire: Wire) -> None:
-        decoder = FrameBuffer(self.parts.settings.response_max_bytes)
-        while True:
-            view = decoder.direct()
-            if view is None:
-                data = await self._read_upstream(wire, None)
-                count = len(data)
-            else:
-                count = await self._read_upstream(wire, view)
-            if not count:
-                self._link_ended(len(self.upstream_slots))
-            if view is None:
-                decoder.receive_data(data)
-            else:
-                decoder.filled(count)
-            while True:
-                try:
-                    frame = decoder.next_frame()
-                except ProtocolError as exc:
-                    raise ConnectionClosed("bad_response", str(exc)) from None
-                if frame is NEED_DATA or frame is EOF:
-                    break
-                self._on_response(frame)
-            self.writer.deliver()
-            if frame is NEED_DATA and decoder.gathering - decoder.buffered >= STREAM_MIN:
-                streaming = self._streamable(decoder)
-                if streaming is not None:
-                    await self._stream_response(decoder, streaming)
-
-    @overload
-    async def _read_upstream(self, wire: Wire, into: None) -> bytes | bytearray: ...
-    @overload
-    async def _read_upstream(self, wire: Wire, into: memoryview) -> int: ...
-
-    async def _read_upstream(self, wire: Wire, into: memoryview | None) -> bytes | bytearray | int:
-        """One read from the broker: the bytes, or with ``into`` how many were read there
-        (empty or 0: the broker closed the link). A broken link ends the connection."""
-        try:
-            if into is None:
-                return await wire.receive(UPSTREAM_RECEIVE_SIZE) or b""
-            return await wire.receive_into(into) or 0
-        except (trio.BrokenResourceError, OSError) as exc:
-            self.parts.upstream_failed(f"broker link broke: {exc}", False)
-            raise ConnectionClosed("upstream_reset", str(exc)) from None
-
-    def _link_ended(self, owed: int) -> NoReturn:
-        """The broker closed the link with ``owed`` answers still to come."""
-        if owed:
-            self.parts.upstream_failed("broker closed a link with requests pending", False)
-            raise ConnectionClosed("upstream_reset", f"broker closed the connection with {owed} request(s) pending")
-        raise ConnectionClosed("upstream_closed", "broker closed the connection")
-
-    def _streamable(self, decoder: FrameBuffer) -> Streaming | None:
-        """Whether the large response being gathered may go to the client as it arrives.
-
-        Only when nothing is ahead of it for the client (its slot heads the FIFO and no
-        write is under way, the writer's included), when no login depends on it whole, and
-        when no response filter needs it whole (:meth:`Dispatch.streaming`).
-        """
-        slots = self.upstream_slots
-        writer = self.writer
-        if not slots or self.responses.slots[0] is not slots[0] or writer.writing \
-                or writer.unsent is not None or self.silent_produces \
-                or (self.tap is not None and self.tap.blocked):
-            return None
-        slot = slots[0]
-        header = slot.record.header
-        if header is None or slot.record.sasl_mechanism is not None:
-            return None
-        return self.dispatch.streaming(header, slot.patch, self.gate)
-
-    async def _stream_response(self, decoder: FrameBuffer, streaming: Streaming) -> None:
-        """Forward the response being gathered while it arrives (:mod:`proxy.datapath.streaming`)."""
-        slot = self.upstream_slots[0]
-        try:
-            await stream_response(self, slot, decoder, self.dispatch.router, streaming)
-        except ProtocolError as exc:  # passing on a response we cannot read could leak a broker
-            raise ConnectionClosed("bad_response", f"{slot.api.label} response: {exc}") from None
-
-    # The streaming link (proxy.datapath.streaming.Link).
-
-    @property
-    def observed(self) -> bool:
-        """Whether observers get each exchange (then a streamed answer is kept whole too)."""
-        return self.tap is not None
-
-    def begin_stream(self, body: memoryview) -> None:
-        """A streamed answer starts: paired with its request; the client's wire is its own."""
-        self.writer.writing = True  # nothing else may go to the client until this answer is out
-        self._answered(body)
-
-    async def read_upstream(self, into: memoryview) -> int:
-        """A read from the broker for a streamed answer (the link ending ends the connection)."""
-        assert self._upstream_wire is not None
-        count = await self._read_upstream(self._upstream_wire, into)
-        if not count:
-            self._link_ended(len(self.upstream_slots) + 1)  # the one streaming is owed too
-        return count
-
-    async def send_client(self, parts: list[bytes | memoryview]) -> None:
-        """Write to the client from the upstream pump (a streamed answer)."""
-        await self.client_wire.send_parts(parts)
-
-    def end_stream(self, slot: Slot, rest: bytes, sent: int, whole: memoryview | None) -> None:
-        """A streamed answer is in: its held-back rest fills its slot."""
-        slot.streamed = sent
-        slot.whole = whole
-        slot.api.streamed.inc()
-        self.writer.writing = False
-        self.responses.fill(slot, rest, trio.current_time())
-        self.writer.deliver()
-
-    def _answered(self, body: memoryview) -> InFlight:
-        """Pair a response with its request (the oldest forwarded): the correlation id is
-        checked, the gate sees it (a login the broker accepted), the slot leaves the
-        broker's queue."""
-        view = body
-        if len(body) > HEADER_VIEW and not (
-            self.upstream_slots and self.upstream_slots[0].record.sasl_mechanism is not None
-        ):
-            view = body[:HEADER_VIEW]
-        try:
-            record = self.tracker.on_response(view)
-        except ProtocolError as exc:
-            raise ConnectionClosed("correlation_mismatch", str(exc)) from None
-        if self.gate is not None:
-            self.gate.on_response(record, view)
-        self.upstream_answered += 1
-        slot = self.upstream_slots.popleft()
-        assert slot.record is record
-        return record
-
-    def _on_response(self, frame: memoryview) -> None:
-        body = frame[4:]
-        if self.silent_produces and self._unasked(body):
-            return
-        # The tracker reads the correlation id, and the whole body only to learn whether
-        # a SaslHandshake v0 succeeded: it gets a bounded view of anything else.
-        slot = self.upstream_slots[0]
-        record = self._answered(body)
-        header = record.header
-        if header is None:  # a raw SASL token's answer
-            self.responses.fill(slot, frame, trio.current_time())
-            return
-        data = self.dispatch.response(header, record.response_header_version, frame, slot.patch,
-                                      patch_later_min=PATCH_LATER_MIN if self._nursery is not None else None)
-        if isinstance(data, Close):
-            raise ConnectionClosed(data.reason, data.detail)
-        if isinstance(data, PatchLater):
-            # Its slot waits, and every answer after it; other connections do not.
-            assert self._nursery is not None and slot.patch is not None
-            self._nursery.start_soon(self._patch_later, slot, header, record.response_header_version, data.data)
-            return
-        self.responses.fill(slot, data, trio.current_time())
-
-    async def _patch_later(self, slot: Slot, header: RequestHeader, header_version: int, data: bytes) -> None:
-        """A large answer's ACL patch, in slices (runs in the connection's nursery): then its
-        slot is filled and what follows it goes too."""
-        assert slot.patch is not None
-        patched = await self.dispatch.patch_in_slices(slot.patch, header, header_version, data)
-        if isinstance(patched, Close):
-            raise ConnectionClosed(patched.reason, patched.detail)
-        self.responses.fill(slot, patched, trio.current_time())
-        self.writer.deliver()
-
-    def _unasked(self, body: memoryview) -> bool:
-        """True (and counted) for a broker's answer to a Produce with acks=0: dropped."""
-        assert self.silent_produces is not None
-        expected = self.upstream_slots[0].record.correlation_id if self.upstream_slots else None
-        if not self.silent_produces.unasked(body, self.upstream_answered, expected):
-            return False
-        self.metrics.unasked_responses.inc()
-        self.stats.extra["unasked_responses"] = self.stats.extra.get("unasked_responses", 0) + 1
-        return True
 
     # -- writer (proxy.datapath.writer) ----------------------------------------------------
 

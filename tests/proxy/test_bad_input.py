@@ -233,7 +233,7 @@ async def test_upstream_reset_closes_clients_and_a_new_broker_serves_new_ones(
                 "ReplicaId": -1, "MaxWaitMs": 20000, "MinBytes": 1, "MaxBytes": 1 << 20,
                 "IsolationLevel": 0, "Topics": [{"Topic": "held", "Partitions": [
                     {"Partition": 0, "FetchOffset": 0, "PartitionMaxBytes": 1 << 20}]}]}))
-            await wait_until(lambda: any(c.upstream_slots for c in sidecar.connections))
+            await wait_until(lambda: any(c.link.slots for c in sidecar.connections))
             # The broker dies (SIGKILL: Tansu's SIGTERM waits for its connections to end).
             pid = broker.process.pid
             assert pid is not None

@@ -399,7 +399,7 @@ async def test_drain_stops_at_a_frame_boundary_and_forwards_all_it_read(
         assert [cid for _, cid in broker.received] == list(range(100))
         broker.hold = False
         # The fake broker answers what it receives from now on; answer the held ones too.
-        upstream = h.connection._upstream
+        upstream = h.connection.link.stream
         assert upstream is not None
         for i in range(100):
             await broker.answer(i)

@@ -40,6 +40,7 @@ from proxy.auth.acl.model import (
     ResourceType,
 )
 from proxy.datapath.authorize import Authorization
+from proxy.datapath.connection import Connection
 from proxy.datapath.listing import Kept, ListingSplice
 from proxy.local.api import Context
 from proxy.local.ports import AclDirectory
@@ -244,10 +245,10 @@ async def through_a_connection(body: bytes, requests: int) -> tuple[list[bytes],
     answers: list[bytes] = []
     async with trio.open_nursery() as nursery:
         h = await build(nursery, broker=MetadataBroker())
-        h.connection.parts = dataclasses.replace(h.connection.parts, authorization=authorization, dispatch=None)
-        h.connection.dispatch = h.connection.parts.decisions
+        parts = dataclasses.replace(h.connection.parts, authorization=authorization, dispatch=None)
         h.connection.context.principal = ALICE
-        nursery.start_soon(h.connection.run)
+        connection = Connection(parts, h.connection.client, h.connection.context)  # the same client stream
+        nursery.start_soon(connection.run)
         for cid in range(1, requests + 1):
             payload = struct.pack(">hhih", 3, 12, cid, 1) + b"t" + b"\x00" + request  # request header v2
             await h.client.send_all(struct.pack(">i", len(payload)) + payload)
@@ -265,7 +266,7 @@ async def through_a_connection(body: bytes, requests: int) -> tuple[list[bytes],
 async def test_a_connection_forwards_large_narrowed_answers_in_order(autojump_clock: Any) -> None:
     """Two full Metadata answers of 1,000 topics (each over PATCH_LATER_MIN) go through a
     connection enforcing ACLs: each narrowed to alice's half, in request order."""
-    from proxy.datapath.connection import PATCH_LATER_MIN
+    from proxy.datapath.broker_link import PATCH_LATER_MIN
 
     body = encode(METADATA.response, 12, big_metadata(1000, 10))
     assert len(body) >= PATCH_LATER_MIN

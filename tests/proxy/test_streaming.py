@@ -31,7 +31,8 @@ from protocol.schema import encode
 from proxy.config.keys import HostPort
 from proxy.config.settings import ConnectionSettings
 from proxy.datapath.addressing import StaticAddressBook
-from proxy.datapath.connection import STREAM_MIN, Connection, Parts
+from proxy.datapath.broker_link import STREAM_MIN
+from proxy.datapath.connection import Connection, Parts
 from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.rewrite import Rewriter
 from proxy.datapath.routing import Router
