@@ -52,7 +52,7 @@ from proxy.datapath.addressing import (
 )
 from proxy.datapath.authorize import Authorization
 from proxy.datapath.connection import Connection, Parts
-from proxy.datapath.dispatch import Gate
+from proxy.datapath.dispatch import Dispatch, Gate
 from proxy.datapath.filters import FilterMetrics, load_filters
 from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import RequestMemory
@@ -320,10 +320,9 @@ class Sidecar:
             upstream_failed=self.upstream.report_failure,
             gate=gate,
             tap=(lambda c: hub.tap(c.listener, c.peer[0], c.peer[1], self.broker_id)) if hub else (lambda c: None),
-            authorization=self.authorization,
             idle=self.idle,
-            leniency=self.leniency,
-            filters=self.filters,
+            dispatch=Dispatch(self.registry, router, self.metrics, self.filters, authorization=self.authorization,
+                              leniency=self.leniency, unsupported_policy=self.connection_settings.unsupported_policy),
         )
         return parts
 
