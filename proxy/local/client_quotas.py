@@ -1,7 +1,7 @@
 """DescribeClientQuotas (48) and AlterClientQuotas (49) for per-IP quotas (KIP-612).
 
-The decisions are :mod:`quotas.admin`'s; this module asks it and hands the ZooKeeper
-writes to the quota port (:class:`~proxy.local.ports.QuotaPort`) as an answer-later.
+The decisions are :mod:`quotas.admin`'s, on the typed messages of :mod:`quotas.messages`;
+this module turns the decoded body into one, asks it, and hands the ZooKeeper writes to the quota port (:class:`~proxy.local.ports.QuotaPort`) as an answer-later.
 Requests about users and client ids only are not taken (:func:`takes`): the broker
 answers them.
 """
@@ -12,16 +12,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from protocol.apis import ApiRegistry
+from protocol.apis import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS, ApiRegistry
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from proxy.local.api import Answer, Context, Later, LocalApi, LocalRequest, Respond, Takes
 from quotas import admin
+from quotas.messages import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 log = logging.getLogger(__name__)
-
-DESCRIBE_CLIENT_QUOTAS = 48
-ALTER_CLIENT_QUOTAS = 49
 
 
 def takes(registry: ApiRegistry) -> Takes:
@@ -36,8 +34,10 @@ def takes(registry: ApiRegistry) -> Takes:
         if header.api_key == DESCRIBE_CLIENT_QUOTAS:
             info = context.ports.upstream.info
             broker_has = info is not None and header.api_key in info.api_versions
-            return admin.route_describe(request, broker_has) is admin.Route.LOCAL
-        return admin.route_alter(request) is admin.Route.LOCAL
+            describe = DescribeClientQuotasRequest.from_wire(header.api_version, request)
+            return admin.route_describe(describe, broker_has) is admin.Route.LOCAL
+        alter = AlterClientQuotasRequest.from_wire(header.api_version, request)
+        return admin.route_alter(alter) is admin.Route.LOCAL
 
     return predicate
 
@@ -46,27 +46,28 @@ def describe(request: LocalRequest, context: Context) -> Answer:
     """Answer DescribeClientQuotas for the ip entity."""
     quotas = context.ports.quotas
     assert request.body is not None and quotas is not None
-    return Respond(body=admin.describe(request.body, quotas.snapshot()))
+    asked = DescribeClientQuotasRequest.from_wire(request.version, request.body)
+    return Respond(body=admin.describe(asked, quotas.snapshot()).to_wire(request.version))
 
 
 def alter(request: LocalRequest, context: Context) -> Answer:
     """Answer AlterClientQuotas for the ip entity: later, once ZooKeeper has the writes."""
     quotas = context.ports.quotas
     assert request.body is not None and quotas is not None
-    response, writes = admin.plan_alter(request.body, can_write=quotas.can_write)
+    version = request.version
+    asked = AlterClientQuotasRequest.from_wire(version, request.body)
+    response, writes = admin.plan_alter(asked, can_write=quotas.can_write)
     if not writes:
-        return Respond(body=response)
+        return Respond(body=response.to_wire(version))
 
     async def answer() -> Respond:
         try:
             await quotas.alter(writes)
         except Exception as exc:  # ZooKeeper failed: tell the client, keep the connection
             log.warning("AlterClientQuotas: ZooKeeper write failed: %s", exc)
-            for entry in response["Entries"]:
-                if entry["ErrorCode"] == 0:
-                    entry["ErrorCode"] = int(ErrorCode.UNKNOWN_SERVER_ERROR)
-                    entry["ErrorMessage"] = f"ZooKeeper write failed: {exc}"
-        return Respond(body=response)
+            failed = response.failed(ErrorCode.UNKNOWN_SERVER_ERROR, f"ZooKeeper write failed: {exc}")
+            return Respond(body=failed.to_wire(version))
+        return Respond(body=response.to_wire(version))
 
     return Later(answer=answer)
 

@@ -5,18 +5,32 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.errors import ErrorCode
-from quotas.admin import (
-    MIXED_MESSAGE,
-    Route,
-    Write,
-    describe,
-    effective_rate,
-    plan_alter,
-    route_alter,
-    route_describe,
-)
+from quotas import admin
+from quotas.admin import MIXED_MESSAGE, Route, Write, effective_rate
+from quotas.messages import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 SNAPSHOT: dict[str | None, float] = {None: 50.0, "10.0.0.1": 5.0, "10.0.0.2": 7.0}
+
+
+# The core takes and returns typed messages; these tests state its rules on Kafka's wire
+# shapes, so each call goes through the messages' converters (v1: the current version).
+
+
+def route_describe(body: dict[str, Any], broker_has_quotas: bool) -> Route:
+    return admin.route_describe(DescribeClientQuotasRequest.from_wire(1, body), broker_has_quotas)
+
+
+def route_alter(body: dict[str, Any]) -> Route:
+    return admin.route_alter(AlterClientQuotasRequest.from_wire(1, body))
+
+
+def describe(body: dict[str, Any], snapshot: dict[str | None, float]) -> dict[str, Any]:
+    return admin.describe(DescribeClientQuotasRequest.from_wire(1, body), snapshot).to_wire(1)
+
+
+def plan_alter(body: dict[str, Any], *, can_write: bool) -> tuple[dict[str, Any], list[Write]]:
+    response, writes = admin.plan_alter(AlterClientQuotasRequest.from_wire(1, body), can_write=can_write)
+    return response.to_wire(1), writes
 
 
 def comp(entity_type: str, match_type: int, match: str | None = None) -> dict[str, Any]:
