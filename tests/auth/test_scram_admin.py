@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
+from typing import Any
 
+from proxy.auth.sasl import scram_admin
 from proxy.auth.sasl.scram import SCRAM_SHA_256, derive_credential
-from proxy.auth.sasl.scram_admin import Deletion, Upsertion, describe, plan_alter
+from proxy.auth.sasl.scram_admin import Deletion, Upsertion, Users, Writes
 
 USERS = {"alice": {"SCRAM-SHA-256": derive_credential(SCRAM_SHA_256, "pw", 4096, b"s")}}
+
+
+# The decisions answer with typed responses; these tests read them as Kafka's wire bodies.
+
+
+def describe(names: Sequence[str] | None, users: Users, authorized: bool) -> dict[str, Any]:
+    return scram_admin.describe(names, users, authorized).to_wire(0)
+
+
+def plan_alter(deletions: Sequence[Deletion], upsertions: Sequence[Upsertion], users: Users,
+               authorized: bool) -> tuple[dict[str, Any], Writes]:
+    response, writes = scram_admin.plan_alter(deletions, upsertions, users, authorized)
+    return response.to_wire(0), writes
 
 
 def upsert(name: str, mechanism: int = 1, iterations: int = 4096) -> Upsertion:

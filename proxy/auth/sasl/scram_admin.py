@@ -1,6 +1,7 @@
 """DescribeUserScramCredentials (50) and AlterUserScramCredentials (51): the decisions.
 
-Pure functions over plain data (the handler decodes, writes ZooKeeper and encodes), with
+Pure functions over plain data, answering with the typed responses of
+:mod:`proxy.auth.sasl.scram_messages` (the handler converts, writes ZooKeeper), with
 Kafka's rules and messages (``ScramControlManager``, ``ScramImage.describe``):
 
 * Describe: no users named (null or empty) describes every user with a credential; a
@@ -16,8 +17,6 @@ Kafka's rules and messages (``ScramControlManager``, ``ScramImage.describe``):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from protocol.errors import ErrorCode
 from proxy.auth.sasl.scram import (
@@ -27,85 +26,68 @@ from proxy.auth.sasl.scram import (
     ScramCredential,
     credential_from_salted,
 )
+from proxy.auth.sasl.scram_messages import (
+    AlteredUser,
+    AlterUserScramCredentialsResponse,
+    CredentialInfo,
+    Deletion,
+    DescribedUser,
+    DescribeUserScramCredentialsResponse,
+    Upsertion,
+)
+
+__all__ = ["Deletion", "Upsertion", "Users", "Writes", "describe", "plan_alter"]
 
 Users = Mapping[str, Mapping[str, ScramCredential]]
-
-
-@dataclass(frozen=True, slots=True)
-class Deletion:
-    """Remove one user's credential for one mechanism (Kafka's type id)."""
-
-    name: str
-    mechanism: int
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class Upsertion:
-    """Set one user's credential for one mechanism from a salted password."""
-
-    name: str
-    mechanism: int
-    iterations: int
-    salt: bytes
-    salted_password: bytes
-
-    def __repr__(self) -> str:
-        return f"Upsertion(name={self.name!r}, mechanism={self.mechanism}, <secrets hidden>)"
-
 
 #: ``{user: {mechanism name: new credential or None (delete)}}``.
 Writes = dict[str, dict[str, "ScramCredential | None"]]
 
 #: Kafka's type id of each mechanism name (DescribeUserScramCredentials' CredentialInfos).
 BY_TYPE_BY_NAME = {mechanism.name: type_id for type_id, mechanism in BY_TYPE.items()}
-_AUTH_FAILED = (int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "Cluster authorization failed.")
+_AUTH_FAILED_MESSAGE = "Cluster authorization failed."
 
 
-def describe(names: Sequence[str] | None, users: Users, authorized: bool) -> dict[str, Any]:
-    """The DescribeUserScramCredentials response body."""
+def describe(names: Sequence[str] | None, users: Users, authorized: bool) -> DescribeUserScramCredentialsResponse:
+    """The DescribeUserScramCredentials answer."""
     if not authorized:
-        code, message = _AUTH_FAILED
-        return {"ThrottleTimeMs": 0, "ErrorCode": code, "ErrorMessage": message,
-                "Results": [_result(n, code, message) for n in names or ()]}
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return DescribeUserScramCredentialsResponse(
+            error=denied, error_message=_AUTH_FAILED_MESSAGE,
+            results=tuple(DescribedUser(user=n, error=denied, error_message=_AUTH_FAILED_MESSAGE)
+                          for n in names or ()))
     counts: dict[str, int] = {}
     for name in names or sorted(users):
         counts[name] = counts.get(name, 0) + 1
     results = []
     for name, count in counts.items():
         if count > 1:
-            results.append(_result(name, int(ErrorCode.DUPLICATE_RESOURCE),
-                                   f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}"))
+            results.append(DescribedUser(user=name, error=ErrorCode.DUPLICATE_RESOURCE, error_message=(
+                f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}")))
         elif not users.get(name):
-            results.append(_result(name, int(ErrorCode.RESOURCE_NOT_FOUND),
-                                   f"Attempt to describe a user credential that does not exist: {name}"))
+            results.append(DescribedUser(user=name, error=ErrorCode.RESOURCE_NOT_FOUND, error_message=(
+                f"Attempt to describe a user credential that does not exist: {name}")))
         else:
-            infos = [{"Mechanism": BY_TYPE_BY_NAME[m], "Iterations": c.iterations}
-                     for m, c in sorted(users[name].items())]
-            results.append(_result(name, 0, None, infos))
-    return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Results": results}
-
-
-def _result(user: str, code: int, message: str | None, infos: list[dict[str, int]] | None = None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"User": user, "ErrorCode": code, "ErrorMessage": message}
-    if infos is not None:
-        entry["CredentialInfos"] = infos
-    return entry
+            results.append(DescribedUser(user=name, credentials=tuple(
+                CredentialInfo(mechanism=BY_TYPE_BY_NAME[m], iterations=c.iterations)
+                for m, c in sorted(users[name].items()))))
+    return DescribeUserScramCredentialsResponse(results=tuple(results))
 
 
 def plan_alter(
     deletions: Sequence[Deletion], upsertions: Sequence[Upsertion], users: Users, authorized: bool
-) -> tuple[dict[str, Any], Writes]:
-    """The AlterUserScramCredentials response body and the writes to make for it.
+) -> tuple[AlterUserScramCredentialsResponse, Writes]:
+    """The AlterUserScramCredentials answer and the writes to make for it.
 
-    Every result is ErrorCode 0 until a write fails; the handler then rewrites that
-    user's result.
+    Every result is NONE until a write fails; the handler then fails that user's result
+    (:meth:`~proxy.auth.sasl.scram_messages.AlterUserScramCredentialsResponse.failed`).
     """
     order: list[str] = []
-    errors: dict[str, tuple[int, str]] = {}
+    errors: dict[str, tuple[ErrorCode, str]] = {}
     writes: Writes = {}
 
     def refuse(name: str, code: ErrorCode, message: str) -> None:
-        errors[name] = (int(code), message)
+        errors[name] = (code, message)
         writes.pop(name, None)
 
     changes: list[Deletion | Upsertion] = [*deletions, *upsertions]
@@ -114,7 +96,7 @@ def plan_alter(
         if name not in order:
             order.append(name)
         if not authorized:
-            errors[name] = _AUTH_FAILED
+            errors[name] = (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _AUTH_FAILED_MESSAGE)
             continue
         if name in errors:
             continue
@@ -133,9 +115,9 @@ def plan_alter(
             writes[name] = {mechanism.name: None}
     results = []
     for name in order:
-        code, message = errors.get(name, (0, ""))
-        results.append(_result(name, code, message or None))
-    return {"ThrottleTimeMs": 0, "Results": results}, writes
+        code, message = errors.get(name, (ErrorCode.NONE, ""))
+        results.append(AlteredUser(user=name, error=code, error_message=message or None))
+    return AlterUserScramCredentialsResponse(results=tuple(results)), writes
 
 
 def _problem(change: Deletion | Upsertion, users: Users) -> tuple[ErrorCode, str] | None:
