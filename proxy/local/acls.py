@@ -21,36 +21,41 @@ answer-later: the connection reads on while ZooKeeper is written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
-from protocol.apis import ApiRegistry
+from protocol.apis import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, ApiRegistry
 from protocol.errors import ErrorCode
 from proxy.auth.acl.model import (
     CLUSTER_NAME,
     AclBinding,
     AclEntry,
     BindingFilter,
-    EntryFilter,
     Operation,
-    PatternFilter,
     PatternType,
-    Permission,
     ResourcePattern,
     ResourceType,
     invalid_binding,
 )
 from proxy.local.api import Answer, Context, Later, LocalApi, LocalRequest, Respond
+from proxy.local.messages.acls import (
+    AclOutcome,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DeletedAcl,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribedResource,
+    FilterResult,
+)
 from proxy.local.ports import AclDirectory
 
 log = logging.getLogger(__name__)
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 KEYS = frozenset({DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS})
 
-_CLUSTER_DENIED = (int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "Cluster authorization failed.")
-_INVALID = int(ErrorCode.INVALID_REQUEST)
-_FAILED = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+_CLUSTER_DENIED = AclOutcome(error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                             error_message="Cluster authorization failed.")
 
 
 def _allowed(context: Context, operation: Operation) -> bool:
@@ -60,28 +65,12 @@ def _allowed(context: Context, operation: Operation) -> bool:
                                      CLUSTER_NAME)
 
 
-def _pattern_type(body: Mapping[str, Any], field: str, version: int) -> PatternType:
-    """The filter's pattern type; version 0 has none and reads as LITERAL (ANY too)."""
-    value = PatternType.of(int(body.get(field, PatternType.LITERAL)))
-    if version == 0 and value == PatternType.ANY:
-        return PatternType.LITERAL
-    return value
-
-
-def read_filter(body: Mapping[str, Any], version: int) -> BindingFilter:
-    """A DescribeAcls body or a DeleteAcls filter (the same fields) as a :class:`BindingFilter`."""
-    pattern = PatternFilter(ResourceType.of(int(body["ResourceTypeFilter"])), body["ResourceNameFilter"],
-                            _pattern_type(body, "PatternTypeFilter", version))
-    entry = EntryFilter(body["PrincipalFilter"], body["HostFilter"], Operation.of(int(body["Operation"])),
-                        Permission.of(int(body["PermissionType"])))
-    return BindingFilter(pattern, entry)
-
-
-def _filter_problem(filter_: BindingFilter, version: int) -> tuple[int, str] | None:
+def _filter_problem(filter_: BindingFilter, version: int) -> AclOutcome | None:
     if filter_.unknown or filter_.pattern.resource_type == ResourceType.UNKNOWN:
-        return _INVALID, "Filter contain UNKNOWN elements"
+        return AclOutcome(error=ErrorCode.INVALID_REQUEST, error_message="Filter contain UNKNOWN elements")
     if version == 0 and filter_.pattern.pattern_type != PatternType.LITERAL:
-        return int(ErrorCode.UNSUPPORTED_VERSION), "Version 0 only supports literal resource pattern types"
+        return AclOutcome(error=ErrorCode.UNSUPPORTED_VERSION,
+                          error_message="Version 0 only supports literal resource pattern types")
     return None
 
 
@@ -90,68 +79,55 @@ def _visible(binding: AclBinding, version: int) -> bool:
     return version > 0 or binding.pattern.pattern_type == PatternType.LITERAL
 
 
+def _write_failed(failure: object) -> str:
+    return f"ZooKeeper write failed: {failure}"
+
+
 def describe(request: LocalRequest, context: Context) -> Answer:
     """Answer DescribeAcls from the watched snapshot."""
     acls = context.ports.acls
     assert request.body is not None and acls is not None
-    if not _allowed(context, Operation.DESCRIBE):
-        code, message = _CLUSTER_DENIED
-        return Respond(body={"ThrottleTimeMs": 0, "ErrorCode": code, "ErrorMessage": message, "Resources": []})
-    filter_ = read_filter(request.body, request.version)
-    problem = _filter_problem(filter_, request.version)
-    if problem is not None:
-        return Respond(body={"ThrottleTimeMs": 0, "ErrorCode": problem[0], "ErrorMessage": problem[1],
-                             "Resources": []})
-    return Respond(body=describe_body(acls, filter_, request.version))
+    version = request.version
+    asked = DescribeAclsRequest.from_wire(version, request.body)
+    refusal = _CLUSTER_DENIED if not _allowed(context, Operation.DESCRIBE) else _filter_problem(asked.filter, version)
+    if refusal is not None:
+        response = DescribeAclsResponse(error=refusal.error, error_message=refusal.error_message)
+        return Respond(body=response.to_wire(version))
+    return Respond(body=describe_response(acls, asked.filter, version).to_wire(version))
 
 
-def describe_body(acls: AclDirectory, filter_: BindingFilter, version: int) -> dict[str, Any]:
-    """The DescribeAcls response for one filter: the matching ACLs grouped by pattern."""
+def describe_response(acls: AclDirectory, filter_: BindingFilter, version: int) -> DescribeAclsResponse:
+    """The DescribeAcls answer for one filter: the matching ACLs grouped by pattern."""
     grouped: dict[ResourcePattern, list[AclEntry]] = {}
     for binding in acls.describe(filter_):
         if _visible(binding, version):
             grouped.setdefault(binding.pattern, []).append(binding.entry)
-    resources = [
-        {"ResourceType": int(p.resource_type), "ResourceName": p.name, "PatternType": int(p.pattern_type),
-         "Acls": [{"Principal": e.principal, "Host": e.host, "Operation": int(e.operation),
-                   "PermissionType": int(e.permission)} for e in entries]}
-        for p, entries in sorted(grouped.items())
-    ]
-    return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Resources": resources}
-
-
-def read_creation(item: Mapping[str, Any]) -> AclBinding:
-    """One CreateAcls creation as a binding (v0: LITERAL)."""
-    pattern = ResourcePattern(ResourceType.of(int(item["ResourceType"])), item["ResourceName"],
-                              PatternType.of(int(item.get("ResourcePatternType", PatternType.LITERAL))))
-    entry = AclEntry(item["Principal"], item["Host"], Operation.of(int(item["Operation"])),
-                     Permission.of(int(item["PermissionType"])))
-    return AclBinding(pattern, entry)
+    return DescribeAclsResponse(resources=tuple(
+        DescribedResource(pattern=pattern, acls=tuple(entries)) for pattern, entries in sorted(grouped.items())))
 
 
 def create(request: LocalRequest, context: Context) -> Answer:
     """Answer CreateAcls: later, once ZooKeeper holds the new ACLs."""
     acls = context.ports.acls
-    body = request.body
-    assert body is not None and acls is not None
-    creations = list(body["Creations"])
+    assert request.body is not None and acls is not None
+    version = request.version
+    asked = CreateAclsRequest.from_wire(version, request.body)
     if not _allowed(context, Operation.ALTER):
-        code, message = _CLUSTER_DENIED
-        return Respond(body={"ThrottleTimeMs": 0, "Results": [{"ErrorCode": code, "ErrorMessage": message}
-                                                              for _ in creations]})
-    results: list[dict[str, Any]] = []
+        denied = CreateAclsResponse(results=tuple(_CLUSTER_DENIED for _ in asked.creations))
+        return Respond(body=denied.to_wire(version))
+    results: list[AclOutcome] = []
     valid: list[tuple[int, AclBinding]] = []
-    for i, item in enumerate(creations):
-        binding = read_creation(item)
+    for i, binding in enumerate(asked.creations):
         problem = invalid_binding(binding)
-        if problem is None and request.version == 0 and binding.pattern.pattern_type != PatternType.LITERAL:
+        if problem is None and version == 0 and binding.pattern.pattern_type != PatternType.LITERAL:
             problem = "Version 0 only supports literal resource pattern types"
-        results.append({"ErrorCode": _INVALID if problem else 0, "ErrorMessage": problem})
         if problem is None:
+            results.append(AclOutcome())
             valid.append((i, binding))
-    response = {"ThrottleTimeMs": 0, "Results": results}
+        else:
+            results.append(AclOutcome(error=ErrorCode.INVALID_REQUEST, error_message=problem))
     if not valid:
-        return Respond(body=response)
+        return Respond(body=CreateAclsResponse(results=tuple(results)).to_wire(version))
 
     async def answer() -> Respond:
         try:
@@ -161,10 +137,10 @@ def create(request: LocalRequest, context: Context) -> Answer:
         for (i, binding), failure in zip(valid, failures, strict=True):
             if failure is not None:
                 log.warning("CreateAcls: %s %s failed: %s", binding.pattern, binding.entry, failure)
-                results[i].update(ErrorCode=_FAILED, ErrorMessage=f"ZooKeeper write failed: {failure}")
+                results[i] = AclOutcome(error=ErrorCode.UNKNOWN_SERVER_ERROR, error_message=_write_failed(failure))
             else:
                 log.info("ACL added by %s: %s %s", context.principal, binding.pattern, binding.entry)
-        return Respond(body=response)
+        return Respond(body=CreateAclsResponse(results=tuple(results)).to_wire(version))
 
     return Later(answer=answer)
 
@@ -172,45 +148,44 @@ def create(request: LocalRequest, context: Context) -> Answer:
 def delete(request: LocalRequest, context: Context) -> Answer:
     """Answer DeleteAcls: later, once ZooKeeper no longer holds the matching ACLs."""
     acls = context.ports.acls
-    body = request.body
-    assert body is not None and acls is not None
-    items = list(body["Filters"])
+    assert request.body is not None and acls is not None
+    version = request.version
+    asked = DeleteAclsRequest.from_wire(version, request.body)
     if not _allowed(context, Operation.ALTER):
-        code, message = _CLUSTER_DENIED
-        return Respond(body={"ThrottleTimeMs": 0, "FilterResults": [
-            {"ErrorCode": code, "ErrorMessage": message, "MatchingAcls": []} for _ in items]})
-    results: list[dict[str, Any]] = []
+        denied = DeleteAclsResponse(filter_results=tuple(
+            FilterResult(error=_CLUSTER_DENIED.error, error_message=_CLUSTER_DENIED.error_message)
+            for _ in asked.filters))
+        return Respond(body=denied.to_wire(version))
+    results: list[FilterResult] = []
     valid: list[tuple[int, BindingFilter]] = []
-    for i, item in enumerate(items):
-        filter_ = read_filter(item, request.version)
-        problem = _filter_problem(filter_, request.version)
-        results.append({"ErrorCode": problem[0] if problem else 0, "ErrorMessage": problem[1] if problem else None,
-                        "MatchingAcls": []})
+    for i, filter_ in enumerate(asked.filters):
+        problem = _filter_problem(filter_, version)
         if problem is None:
+            results.append(FilterResult())
             valid.append((i, filter_))
-    response = {"ThrottleTimeMs": 0, "FilterResults": results}
+        else:
+            results.append(FilterResult(error=problem.error, error_message=problem.error_message))
     if not valid:
-        return Respond(body=response)
+        return Respond(body=DeleteAclsResponse(filter_results=tuple(results)).to_wire(version))
 
     async def answer() -> Respond:
         try:
             removed = await acls.delete([f for _, f in valid])
         except Exception as exc:  # ZooKeeper failed: every filter fails
             for i, _ in valid:
-                results[i].update(ErrorCode=_FAILED, ErrorMessage=f"ZooKeeper write failed: {exc}")
-            return Respond(body=response)
+                results[i] = FilterResult(error=ErrorCode.UNKNOWN_SERVER_ERROR, error_message=_write_failed(exc))
+            return Respond(body=DeleteAclsResponse(filter_results=tuple(results)).to_wire(version))
         for (i, _), gone in zip(valid, removed, strict=True):
+            matching: list[DeletedAcl] = []
             for binding, failure in gone:
-                p, e = binding.pattern, binding.entry
-                results[i]["MatchingAcls"].append({
-                    "ErrorCode": _FAILED if failure else 0,
-                    "ErrorMessage": f"ZooKeeper write failed: {failure}" if failure else None,
-                    "ResourceType": int(p.resource_type), "ResourceName": p.name, "PatternType": int(p.pattern_type),
-                    "Principal": e.principal, "Host": e.host, "Operation": int(e.operation),
-                    "PermissionType": int(e.permission)})
                 if failure is None:
-                    log.info("ACL removed by %s: %s %s", context.principal, p, e)
-        return Respond(body=response)
+                    matching.append(DeletedAcl(binding=binding))
+                    log.info("ACL removed by %s: %s %s", context.principal, binding.pattern, binding.entry)
+                else:
+                    matching.append(DeletedAcl(binding=binding, error=ErrorCode.UNKNOWN_SERVER_ERROR,
+                                               error_message=_write_failed(failure)))
+            results[i] = FilterResult(matching=tuple(matching))
+        return Respond(body=DeleteAclsResponse(filter_results=tuple(results)).to_wire(version))
 
     return Later(answer=answer)
 

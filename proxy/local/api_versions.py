@@ -19,13 +19,17 @@ from protocol.apis import API_VERSIONS, DEFAULT_REGISTRY, ApiRegistry
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.schema import decode, encode
 from proxy.local.api import Answer, Context, LocalApi, LocalRequest, Respond
+from proxy.local.messages.api_versions import (
+    ApiVersionRange,
+    ApiVersionsFeatures,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+)
 
 #: KIP-511: the pattern client software names and versions must match.
 SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 #: ApiVersions answers kept per listener (one per client software name/version and version).
 MAX_CACHED_ANSWERS = 64
-#: ApiVersions fields a sidecar copies from the broker's answer (KIP-584 features).
-FEATURE_FIELDS = ("SupportedFeatures", "FinalizedFeaturesEpoch", "FinalizedFeatures", "ZkMigrationReady")
 
 
 def advertised_ranges(
@@ -80,33 +84,36 @@ def handle_api_versions(
     ranges: list[tuple[int, int, int]],
     features: Mapping[str, Any] | None = None,
 ) -> tuple[int, bytes]:
-    """Answer one ApiVersions request: ``(response version, response body)``."""
+    """Answer one ApiVersions request: ``(response version, response body)``.
+
+    ``features`` holds the KIP-584 fields as an ApiVersions answer body carries them (the
+    broker's answer, merged with the sidecar's own features).
+    """
     api = registry.api(API_VERSIONS)
     if version not in api.versions:
         own = next(((lo, hi) for key, lo, hi in ranges if key == API_VERSIONS), (0, 0))
-        return 0, encode(api.response, 0, {
-            "ErrorCode": int(ErrorCode.UNSUPPORTED_VERSION),
-            "ApiKeys": [{"ApiKey": API_VERSIONS, "MinVersion": own[0], "MaxVersion": own[1]}],
-        })
+        refusal = ApiVersionsResponse(error=ErrorCode.UNSUPPORTED_VERSION, api_keys=(
+            ApiVersionRange(api_key=API_VERSIONS, min_version=own[0], max_version=own[1]),))
+        return 0, encode(api.response, 0, refusal.to_wire(0))
+    invalid = ApiVersionsResponse(error=ErrorCode.INVALID_REQUEST)
     try:
-        request = decode(api.request, version, body)
+        request = ApiVersionsRequest.from_wire(version, decode(api.request, version, body))
     except ProtocolError:
-        return version, encode(api.response, version, {"ErrorCode": int(ErrorCode.INVALID_REQUEST), "ApiKeys": []})
-    if version >= 3:
-        for name in ("ClientSoftwareName", "ClientSoftwareVersion"):
-            if not SOFTWARE_PATTERN.fullmatch(request[name] or ""):
-                return version, encode(
-                    api.response, version, {"ErrorCode": int(ErrorCode.INVALID_REQUEST), "ApiKeys": []}
-                )
-    response: dict[str, Any] = {
-        "ErrorCode": 0,
-        "ApiKeys": [{"ApiKey": k, "MinVersion": lo, "MaxVersion": hi} for k, lo, hi in ranges],
-        "ThrottleTimeMs": 0,
-    }
-    for name in FEATURE_FIELDS:
-        if features is not None and name in features:
-            response[name] = features[name]
-    return version, encode(api.response, version, response)
+        return version, encode(api.response, version, invalid.to_wire(version))
+    if version >= 3 and software(request) is None:
+        return version, encode(api.response, version, invalid.to_wire(version))
+    response = ApiVersionsResponse.advertising(
+        ranges, ApiVersionsFeatures.from_wire(features) if features is not None else None)
+    return version, encode(api.response, version, response.to_wire(version))
+
+
+def software(request: ApiVersionsRequest) -> tuple[str, str] | None:
+    """KIP-511's ``(name, version)`` of the client's software, if both match the pattern."""
+    name, version = request.client_software_name, request.client_software_version
+    if SOFTWARE_PATTERN.fullmatch(name or "") and SOFTWARE_PATTERN.fullmatch(version or ""):
+        assert name is not None and version is not None
+        return name, version
+    return None
 
 
 class ApiVersionsApi:
@@ -154,9 +161,9 @@ class ApiVersionsApi:
             answer = handle_api_versions(self.registry, request.version, request.raw, ranges, features)
             if len(self._answers) < MAX_CACHED_ANSWERS:
                 self._answers[key] = answer
-        software = client_software(request.version, request.raw)
-        if software is not None:
-            context.client_software = software
+        named = client_software(request.version, request.raw)
+        if named is not None:
+            context.client_software = named
         version, body = answer
         return Respond(body=body, version=version)
 
@@ -166,10 +173,8 @@ def client_software(version: int, body: bytes) -> tuple[str, str] | None:
     if version < 3:
         return None
     try:
-        request = decode(DEFAULT_REGISTRY.api(API_VERSIONS).request, min(version, 4), body)
+        # A version above ours is read as our highest: the fields have not moved since v3.
+        decoded = decode(DEFAULT_REGISTRY.api(API_VERSIONS).request, min(version, 4), body)
     except ProtocolError:
         return None
-    name, software_version = request["ClientSoftwareName"], request["ClientSoftwareVersion"]
-    if SOFTWARE_PATTERN.fullmatch(name or "") and SOFTWARE_PATTERN.fullmatch(software_version or ""):
-        return name, software_version
-    return None
+    return software(ApiVersionsRequest.from_wire(min(version, 4), decoded))

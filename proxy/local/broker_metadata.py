@@ -17,6 +17,12 @@ from collections.abc import Sequence
 from protocol.apis import ApiRegistry
 from protocol.schema import decode, encode
 from proxy.local.api import Answer, Context, LocalApi, LocalRequest, Respond
+from proxy.local.messages.broker_metadata import (
+    SELF,
+    BrokerDescription,
+    BrokerMetadataRequest,
+    BrokerMetadataResponse,
+)
 from proxy.local.ports import BrokerEntry
 
 VERSION = "0.1.0"
@@ -58,7 +64,7 @@ def builtin_tags(
 
 
 def select(node_ids: Sequence[int], me: BrokerEntry, others: Sequence[BrokerEntry]) -> list[BrokerEntry]:
-    """Apply the NodeIds filter: empty = all, -1 = me, else the listed known ids."""
+    """Apply the NodeIds filter: empty = all, -1 (:data:`SELF`) = me, else the listed known ids."""
     everyone = {me.node_id: me}
     for entry in others:
         everyone.setdefault(entry.node_id, entry)
@@ -66,7 +72,7 @@ def select(node_ids: Sequence[int], me: BrokerEntry, others: Sequence[BrokerEntr
         return [everyone[k] for k in sorted(everyone)]
     chosen: list[BrokerEntry] = []
     for node_id in node_ids:
-        found = me if node_id == -1 else everyone.get(node_id)
+        found = me if node_id == SELF else everyone.get(node_id)
         if found is not None and found not in chosen:
             chosen.append(found)
     return chosen
@@ -81,20 +87,14 @@ def handle_broker_metadata(
 ) -> bytes:
     """Answer one BrokerMetadata request (raises protocol errors on a bad body)."""
     api = registry.api(registry.broker_metadata_key)
-    request = decode(api.request, version, body)
+    request = BrokerMetadataRequest.from_wire(version, decode(api.request, version, body))
     pmax = protocol_version_max(registry)
-    brokers = [
-        {
-            "NodeId": e.node_id,
-            "Host": e.host,
-            "Port": e.port,
-            "ProtocolVersionMin": 0,
-            "ProtocolVersionMax": pmax,
-            "Tags": [{"Key": k, "Value": v} for k, v in e.tags.items()],
-        }
-        for e in select(list(request.NodeIds), me, others)
-    ]
-    return encode(api.response, version, {"Brokers": brokers})
+    response = BrokerMetadataResponse(brokers=tuple(
+        BrokerDescription(node_id=e.node_id, host=e.host, port=e.port, protocol_version_min=0,
+                          protocol_version_max=pmax, tags=tuple(e.tags.items()))
+        for e in select(request.node_ids, me, others)
+    ))
+    return encode(api.response, version, response.to_wire(version))
 
 
 def entry(registry: ApiRegistry) -> LocalApi:

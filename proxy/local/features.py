@@ -15,24 +15,19 @@ the first refusal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from coordinator.features import (
-    CLUSTER_AUTHORIZATION_FAILED,
-    INVALID_REQUEST,
-    FeatureError,
-    FeatureUpdate,
-)
-from protocol.apis import ApiRegistry
+from coordinator.features import FeatureError
+from protocol.apis import UPDATE_FEATURES, ApiRegistry
+from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from proxy.local.api import Answer, Context, Later, LocalApi, LocalRequest, Respond, Takes
-
-UPDATE_FEATURES = 57
-
-
-def _names(body: Any) -> list[str]:
-    return [str(entry["Feature"] or "") for entry in body["FeatureUpdates"]]
+from proxy.local.messages.features import (
+    FeatureResult,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
+)
 
 
 def takes(registry: ApiRegistry) -> Takes:
@@ -43,52 +38,58 @@ def takes(registry: ApiRegistry) -> Takes:
         api = registry.api(UPDATE_FEATURES)
         if features is None or header.api_version not in api.versions or request is None:
             return False  # unreadable: the broker answers it as it would
-        return any(features.owns(name) for name in _names(request))
+        asked = UpdateFeaturesRequest.from_wire(header.api_version, request)
+        return any(features.owns(name) for name in asked.features)
 
     return predicate
 
 
-def _answer(version: int, names: list[str], error: FeatureError | None,
-            results: list[tuple[str, FeatureError | None]] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"ThrottleTimeMs": 0, "ErrorCode": error.code if error else 0,
-                            "ErrorMessage": error.message if error else None}
-    if version < 2:
-        if results is None:  # a top-level refusal: every feature carries it (Kafka's createWithErrors)
-            results = [(name, error) for name in names]
-        body["Results"] = [{"Feature": name, "ErrorCode": e.code if e else 0,
-                            "ErrorMessage": e.message if e else None} for name, e in results]
-    return body
+def _code(error: FeatureError | None) -> ErrorCode:
+    return ErrorCode.NONE if error is None else ErrorCode(error.code)
+
+
+def _response(names: list[str], error: FeatureError | None,
+              results: Iterable[tuple[str, FeatureError | None]] | None = None) -> UpdateFeaturesResponse:
+    """The answer: ``error`` at the top level, and per feature ``results`` or, for a top-level
+    refusal (``None``), ``error`` on every feature (Kafka's ``createWithErrors``)."""
+    if results is None:
+        results = [(name, error) for name in names]
+    return UpdateFeaturesResponse(
+        error=_code(error), error_message=error.message if error else None,
+        results=tuple(FeatureResult(feature=name, error=_code(e), error_message=e.message if e else None)
+                      for name, e in results))
 
 
 def handle(request: LocalRequest, context: Context) -> Answer:
     """Answer UpdateFeatures for the sidecar's features."""
     features = context.ports.features
     assert request.body is not None and features is not None
-    version, names = request.version, _names(request.body)
+    version = request.version
+    asked = UpdateFeaturesRequest.from_wire(version, request.body)
+    names = asked.features
     if context.principal not in context.ports.super_users:
-        return Respond(body=_answer(version, names, FeatureError(
-            code=CLUSTER_AUTHORIZATION_FAILED,
-            message=f"{context.principal} may not update features: only super.users may.")))
+        return Respond(body=_response(names, FeatureError(
+            code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            message=f"{context.principal} may not update features: only super.users may.")).to_wire(version))
     brokers = [name for name in names if name and not features.owns(name)]
     if brokers:
         ours = [name for name in names if features.owns(name)]
-        return Respond(body=_answer(version, names, FeatureError(code=INVALID_REQUEST, message=(
+        return Respond(body=_response(names, FeatureError(code=ErrorCode.INVALID_REQUEST, message=(
             f"The request mixes features the sidecar decides ({', '.join(ours)}) with features the "
-            f"broker decides ({', '.join(brokers)}); send them in separate requests."))))
+            f"broker decides ({', '.join(brokers)}); send them in separate requests."))).to_wire(version))
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        return Respond(body=_answer(version, names, FeatureError(code=INVALID_REQUEST, message=(
-            f"The request contains multiple updates for the same feature: {', '.join(duplicates)}."))))
-    updates = [FeatureUpdate.from_wire(version, entry) for entry in request.body["FeatureUpdates"]]
-    validate_only = bool(version >= 1 and request.body.get("ValidateOnly"))
+        return Respond(body=_response(names, FeatureError(code=ErrorCode.INVALID_REQUEST, message=(
+            f"The request contains multiple updates for the same feature: {', '.join(duplicates)}."
+        ))).to_wire(version))
 
     async def answer() -> Respond:
-        outcome = await features.update(updates, validate_only=validate_only)
+        outcome = await features.update(asked.updates, validate_only=asked.validate_only)
         plan = outcome.plan
         if outcome.write_error is not None:
             error = outcome.write_error
-            return Respond(body=_answer(version, names, error, [(name, error) for name, _ in plan.results]))
-        return Respond(body=_answer(version, names, plan.error, list(plan.results)))
+            return Respond(body=_response(names, error, [(name, error) for name, _ in plan.results]).to_wire(version))
+        return Respond(body=_response(names, plan.error, plan.results).to_wire(version))
 
     return Later(answer=answer)
 

@@ -14,14 +14,19 @@ without an answer.
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
 
 from protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE, ApiRegistry
+from protocol.errors import ErrorCode
 from proxy.auth.gate import ListenerAuth
 from proxy.auth.sasl.session import Reply, Session
 from proxy.local.api import Answer, Close, Context, Later, LocalApi, LocalRequest, Respond
+from proxy.local.messages.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 
 class SaslApis:
@@ -44,26 +49,25 @@ class SaslApis:
         """Answer SaslHandshake: the mechanism is chosen (no token work: answered now)."""
         session = _session(context)
         assert request.body is not None
-        reply = session.handshake(request.version, request.body["Mechanism"], trio.current_time())
-        response = {"ErrorCode": reply.error_code, "Mechanisms": list(reply.mechanisms)}
-        return self._after(reply, Respond(body=response), context)
+        asked = SaslHandshakeRequest.from_wire(request.version, request.body)
+        reply = session.handshake(request.version, asked.mechanism, trio.current_time())
+        response = SaslHandshakeResponse(error=ErrorCode(reply.error_code), mechanisms=reply.mechanisms)
+        return self._after(reply, Respond(body=response.to_wire(request.version)), context)
 
     def authenticate(self, request: LocalRequest, context: Context) -> Answer:
         """Answer SaslAuthenticate: one token, evaluated off the event loop."""
         session = _session(context)
         assert request.body is not None
-        token = bytes(request.body["AuthBytes"])
         version = request.version
+        asked = SaslAuthenticateRequest.from_wire(version, request.body)
 
         async def answer() -> Respond | Close:
-            reply = await trio.to_thread.run_sync(session.authenticate, version, token, trio.current_time())
-            response: dict[str, Any] = {
-                "ErrorCode": reply.error_code,
-                "ErrorMessage": reply.message,
-                "AuthBytes": reply.token,
-                "SessionLifetimeMs": reply.session_lifetime_ms,
-            }
-            return self._after(reply, Respond(body=response), context)
+            reply = await trio.to_thread.run_sync(session.authenticate, version, asked.auth_bytes,
+                                                  trio.current_time())
+            response = SaslAuthenticateResponse(error=ErrorCode(reply.error_code), error_message=reply.message,
+                                                auth_bytes=reply.token,
+                                                session_lifetime_ms=reply.session_lifetime_ms)
+            return self._after(reply, Respond(body=response.to_wire(version)), context)
 
         return Later(answer=answer, hold=True)
 
