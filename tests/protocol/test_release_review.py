@@ -11,7 +11,8 @@ review and not an archaeology:
   coordinator advertises only what it serves (``coordinator.core.SERVED_API_VERSIONS``);
 * a client at the newest versions of every API the pinned release has, in front of a broker
   that serves them, gets each request through (forwarded or answered), none "unsupported",
-  and ApiVersions advertises every one of those versions.
+  and ApiVersions advertises every one of those versions; kafka-python's newest protocol
+  classes ask for versions the sidecar parses.
 
 Expected values are read from Kafka's specs of the pinned release (docs/protocol.md's table)
 and the coordinator's own table, not from the code under test.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -30,7 +32,8 @@ from coordinator.core import SERVED_API_VERSIONS
 from protocol.apis import DEFAULT_REGISTRY
 from protocol.headers import RequestHeader
 from protocol.messages import RESPONSES
-from protocol.spec import FieldSpec
+from protocol.release import load_json_spec
+from protocol.spec import FieldSpec, Versions
 from proxy.datapath.addressing import StaticAddressBook
 from proxy.datapath.rewrite import SITES, Rewriter
 from proxy.datapath.routing import FORWARD, Router
@@ -180,3 +183,17 @@ def test_a_client_at_the_newest_versions_gets_every_request_through(policy: str)
         route = router.route(_header(api.key, newest), memoryview(b""), context)
         assert route == FORWARD or isinstance(route, LocalApi), (api.name, newest, route)
         assert advertised[api.key] == (api.versions.lo, newest), api.name
+
+
+def test_kafka_pythons_newest_request_versions_are_parsed() -> None:
+    # kafka-python 3.x builds its protocol classes from its own copy of Kafka 4.3's request
+    # specs: the newest version of each is one the sidecar parses (and so forwards or answers).
+    kafka = pytest.importorskip("kafka")
+    resources = Path(kafka.__file__).parent / "protocol" / "schemas" / "resources"
+    newest: dict[str, tuple[int, int | None]] = {}
+    for path in sorted(resources.glob("*Request.json")):
+        raw = load_json_spec(path)
+        newest[raw["name"]] = (raw["apiKey"], Versions.parse(raw["validVersions"]).hi)
+    assert len(newest) >= 50
+    for name, (key, version) in newest.items():
+        assert version in DEFAULT_REGISTRY.api(key).versions, (name, version)
