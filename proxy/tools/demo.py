@@ -111,6 +111,8 @@ class DemoResult:
     forwarded: dict[int, dict[str, int]] = field(default_factory=dict)
     owned_groups: dict[int, tuple[str, ...]] = field(default_factory=dict)
     led: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    #: What the policy filter said to a topic outside the demo's prefix.
+    policy: str = ""
 
     @property
     def ok(self) -> bool:
@@ -136,7 +138,8 @@ class DemoResult:
             all(self.forwarded.get(n, {}).get("Produce", 0) > 0 for n, led in self.led.items() if led)
             and sum(self.group in g for g in self.owned_groups.values()) == 1
         )
-        return (moved and coordinated and audited and inventoried and held and named and spread
+        refused = self.brokers > 1 or "POLICY_VIOLATION" in self.policy
+        return (moved and coordinated and audited and inventoried and held and named and spread and refused
                 and bool(self.report))
 
 
@@ -184,6 +187,9 @@ def choose_bootstrap(
             # files carry each sidecar's broker id, so a fleet shares the directory.
             "observer.class.names": "audit,prometheus",
             "observer.audit.dir": str(audit_dir),
+            # A traffic policy (docs/filters.md): topics are created under the demo's prefix only.
+            "filter.class.names": "policy",
+            "policy.create.topics.name.pattern": "demo-.*",
         }
         if node >= 0:
             keys["broker.id"] = str(node)  # as deploy/k8s does, from the pod's ordinal
@@ -329,6 +335,21 @@ def demo_ip_quota(bootstrap: str, zookeeper: ZooKeeperServer) -> str:
     return f"{DEMO_IP} limited to {rate:g} connections/s via AlterClientQuotas; ZooKeeper holds {stored}"
 
 
+def demo_policy(bootstrap: str, name: str) -> str:
+    """Ask to create a topic the policy filter refuses; return a one-line account."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.create_topics([NewTopic(name, num_partitions=1)])[name]
+    try:
+        future.result(timeout=30)
+    except KafkaException as exc:
+        error = exc.args[0]
+        return f"CreateTopics {name} refused: {error.name()} ({error.str()})"
+    return f"CreateTopics {name} was not refused"
+
+
 def prepare_zookeeper(zookeeper: ZooKeeperServer) -> str:
     """Create the sidecars' chroot node; return the server's version."""
     from kazoo.client import KazooClient
@@ -468,6 +489,8 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
         }
         received, committed = consume(clients.sasl, topic, group, partitions, records, login)
         quota = demo_ip_quota(clients.first, zookeeper)
+        policy = (demo_policy(clients.first, f"scratch-{suffix}") if mock is None else
+                  "not shown: librdkafka's mock cluster serves no CreateTopics (the one-broker demo shows it)")
         stored = group_offsets(zookeeper, group, topic)
         forwarded = {n: forwarded_by_api(s) for n, s in clients.sidecars.items()}
         result = DemoResult(
@@ -487,6 +510,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
             committed=committed,
             missing=len(set(values) - set(received)),
             quota=quota,
+            policy=policy,
             elapsed=0.0,
             reader=f"User:{READER}",
             audit_dir=str(audit_dir),
@@ -629,6 +653,7 @@ def summary(result: DemoResult) -> str:
                    + ", ".join(f"{p}={o}" for p, o in sorted(result.zookeeper_offsets.items()))),
         *_fleet_rows(result),
         ("quota", result.quota),
+        ("policy", result.policy + " (filter.class.names=policy)"),
         ("features", f"{AUDIT_FORMAT} finalized at 1 before any traffic ({result.audit_format or 'not done'})"),
         ("audit", f"{result.audit_rows} rows in {result.audit_dir} ("
                   + ", ".join(f"schema v{v}: {n}" for v, n in result.audit_versions.items())

@@ -32,6 +32,8 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     assert "ksidecar run in front of the broker" in result.via
     assert result.quota.startswith("127.0.0.99 limited to 10 connections/s via AlterClientQuotas")
     assert '"connection_creation_rate": "10"' in result.quota
+    assert result.policy.startswith("CreateTopics scratch-") and "refused: POLICY_VIOLATION" in result.policy
+    assert "does not match policy.create.topics.name.pattern 'demo-.*'" in result.policy
     assert "ksidecar" in (tmp_path / "ksidecar.log").read_text()
     assert result.zookeeper.endswith("/ksidecar")
     # ksidecar.audit.format was finalized at 1 over the wire before any traffic: the
