@@ -353,6 +353,18 @@ KEYS: tuple[Key, ...] = (
         "standalone (no registration, no per-IP quota store, group APIs pass through).", _str),
     Key("zookeeper.session.timeout.ms", "int", "18000", "ZooKeeper session timeout.",
         _int(1000), ">= 1000"),
+    Key("zookeeper.set.acl", "bool", "false",
+        "Create every znode owned by the sidecars' ZooKeeper identity (Kafka's key): readable by "
+        "anyone else only where Kafka leaves it readable, never `/config/users` (SCRAM "
+        "credentials) nor `/kafka-acl*`. Needs `zookeeper.digest.username`. Existing nodes: "
+        "`ksidecar zookeeper secure` (docs/operations.md).", _bool, "true|false"),
+    Key("zookeeper.digest.username", "string", "",
+        "The sidecars' ZooKeeper identity, ZooKeeper's `digest` scheme (`addauth digest "
+        "user:password`); the same for every sidecar of a fleet and the CLIs. Empty: "
+        "unauthenticated.", _str),
+    Key("zookeeper.digest.password", "password", "",
+        "Password of `zookeeper.digest.username` (never logged; `${ENV}` substitution or "
+        "`KSIDECAR_ZOOKEEPER_DIGEST_PASSWORD` keep it out of the file).", _str),
     Key("socket.request.max.bytes", "int", "104857600",
         "Largest request frame accepted from a client; a larger one closes the connection.",
         _int(1), ">= 1"),
@@ -799,8 +811,24 @@ def _cross_check(values: dict[str, Any]) -> None:
         raise ConfigError(
             "sidecar.authorizer=acls needs zookeeper.connect (the ACLs live in ZooKeeper under /kafka-acl)"
         )
+    check_zookeeper_identity(values)
     if values["sidecar.upstream.sasl.mechanism"] and not values["sidecar.upstream.sasl.username"]:
         raise ConfigError("sidecar.upstream.sasl.mechanism is set but sidecar.upstream.sasl.username is empty")
+
+
+def check_zookeeper_identity(values: Mapping[str, Any]) -> None:
+    """``zookeeper.set.acl`` needs an identity to own the znodes; a digest user name cannot
+    hold ``:`` and needs a password. (Also used by the CLIs' ``--zk-config-file``.)"""
+    username: str = values["zookeeper.digest.username"]
+    if ":" in username:
+        raise ConfigError(f"zookeeper.digest.username={username!r}: cannot contain ':'")
+    if username and not values["zookeeper.digest.password"]:
+        raise ConfigError("zookeeper.digest.username is set but zookeeper.digest.password is empty")
+    if values["zookeeper.set.acl"] and not username:
+        raise ConfigError(
+            "zookeeper.set.acl=true needs the sidecars' ZooKeeper identity: set "
+            "zookeeper.digest.username and zookeeper.digest.password"
+        )
 
 
 def observer_entries(config: SidecarConfig) -> dict[str, str]:

@@ -44,6 +44,7 @@ from proxy.control.topic_directory import TopicDirectory
 from proxy.control.upstream import Upstream, upstream_login
 from proxy.control.users import ScramUsers
 from proxy.control.zk import ZooKeeper
+from proxy.control.zk_security import ZkSecurity
 from proxy.datapath.addressing import (
     AddressBook,
     OffsetAddressBook,
@@ -90,7 +91,8 @@ class Sidecar:
         )
         connect: str = config["zookeeper.connect"]
         #: The one ZooKeeper session every store shares (``None``: standalone).
-        self.zk = ZooKeeper(connect, config["zookeeper.session.timeout.ms"] / 1000) if connect else None
+        self.zk = ZooKeeper(connect, config["zookeeper.session.timeout.ms"] / 1000,
+                            ZkSecurity.from_values(config.values)) if connect else None
         self.ip_quotas = IpQuotas(
             config["sidecar.ip.connection.creation.rate"],
             config["sidecar.ip.connection.creation.rate.overrides"],

@@ -26,6 +26,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from proxy.control.zk_security import ZkSecurity
+
 log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
@@ -45,12 +47,13 @@ def split_chroot(connect: str) -> tuple[str, str | None]:
     return hosts, ("/" + chroot.rstrip("/")) if sep and chroot.strip("/") else None
 
 
-def ensure_chroot(connect: str, timeout: float) -> None:
-    """Create the connect string's chroot if missing, as Kafka does at start (blocking)."""
+def ensure_chroot(connect: str, timeout: float, security: ZkSecurity | None = None) -> None:
+    """Create the connect string's chroot if missing, as Kafka does at start (blocking); with
+    ``zookeeper.set.acl``, owned by ``security``'s identity and world-readable, as Kafka's."""
     hosts, chroot = split_chroot(connect)
     if chroot is None:
         return
-    client = KazooClient(hosts=hosts, timeout=timeout)
+    client = (security or ZkSecurity()).client(hosts, timeout=timeout)
     client.start(timeout=timeout)
     try:
         client.ensure_path(chroot)
@@ -59,20 +62,23 @@ def ensure_chroot(connect: str, timeout: float) -> None:
         client.close()
 
 
-def make_client(connect: str, session_timeout: float) -> KazooClient:
-    """A kazoo client whose reconnect backoff stays well under ``session_timeout``."""
+def make_client(connect: str, session_timeout: float, security: ZkSecurity | None = None) -> KazooClient:
+    """A kazoo client whose reconnect backoff stays well under ``session_timeout``,
+    authenticated as ``security``'s identity (creating with its ACLs) when given."""
     cap = max(0.5, session_timeout * MAX_RECONNECT_DELAY_FRACTION)
     retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=cap)
-    return KazooClient(hosts=connect, timeout=session_timeout, connection_retry=retry)
+    return (security or ZkSecurity()).client(connect, timeout=session_timeout, connection_retry=retry)
 
 
 class ZooKeeper:
     """The sidecar's ZooKeeper session and its bridge to trio."""
 
-    def __init__(self, connect: str, session_timeout: float) -> None:
+    def __init__(self, connect: str, session_timeout: float, security: ZkSecurity | None = None) -> None:
         self.connect = connect
         self.session_timeout = session_timeout
-        self.client = make_client(connect, session_timeout)
+        #: The identity and ACL choice (``zookeeper.set.acl``, ``zookeeper.digest.*``).
+        self.security = security or ZkSecurity()
+        self.client = make_client(connect, session_timeout, self.security)
         self._token: trio.lowlevel.TrioToken | None = None
         self._subscribers: list[trio.MemorySendChannel[str]] = []
         self._closing = False
@@ -81,7 +87,7 @@ class ZooKeeper:
         """Create the chroot, open the session, and start forwarding state changes."""
         self._token = trio.lowlevel.current_trio_token()
         try:
-            await trio.to_thread.run_sync(ensure_chroot, self.connect, self.session_timeout)
+            await trio.to_thread.run_sync(ensure_chroot, self.connect, self.session_timeout, self.security)
             await trio.to_thread.run_sync(lambda: self.client.start(timeout=self.session_timeout))
         except KazooTimeoutError:
             raise ZooKeeperUnavailable(
@@ -94,6 +100,9 @@ class ZooKeeper:
             deliver(state)  # returns None: a kazoo state listener that returns True is removed
 
         self.client.add_listener(listener)
+        if self.security.username:
+            log.info("ZooKeeper: authenticated as digest user %r; zookeeper.set.acl=%s",
+                     self.security.username, str(self.security.set_acl).lower())
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking kazoo call in a worker thread."""

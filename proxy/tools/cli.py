@@ -11,7 +11,8 @@ target Kafka, ``ksidecar audit profile`` captures a broker's ApiVersions as a ta
 groups and resets their offsets over the wire (:mod:`proxy.tools.groups_cli`); ``ksidecar
 acls`` adds, removes and lists ACLs over the wire, shaped like kafka-acls.sh
 (:mod:`proxy.tools.acls_cli`); ``ksidecar users`` adds, deletes and lists SASL users
-(:mod:`proxy.tools.users_cli`).
+(:mod:`proxy.tools.users_cli`); ``ksidecar zookeeper secure|unsecure`` sets the ACLs of an
+existing ZooKeeper tree (:mod:`proxy.tools.zookeeper_cli`).
 Exit codes: 0 on a clean stop (SIGTERM/SIGINT after a complete drain), 2 for a
 configuration error (the message names the key), 3 when the drain abandoned requests (its
 deadline passed, or a second signal came), 1 for anything else.
@@ -30,7 +31,16 @@ import trio
 from coordinator.features import IncompatibleFeatures
 from proxy.config import ConfigError, SidecarConfig, load_config
 from proxy.config.properties import PropertiesError
-from proxy.tools import acls_cli, demo, features_cli, groups_cli, quotas_cli, readiness, users_cli
+from proxy.tools import (
+    acls_cli,
+    demo,
+    features_cli,
+    groups_cli,
+    quotas_cli,
+    readiness,
+    users_cli,
+    zookeeper_cli,
+)
 from spark_jobs import options as audit_options
 
 log = logging.getLogger("ksidecar")
@@ -115,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     acls_cli.add_parser(sub)
     features_cli.add_parser(sub)
     users_cli.add_parser(sub)
+    zookeeper_cli.add_parser(sub)
     readiness.add_parser(audit_options.add_audit_command(sub))
     args = parser.parse_args(argv)
     if args.command == "quotas":
@@ -127,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         return features_cli.run(args)
     if args.command == "users":
         return users_cli.run(args)
+    if args.command == "zookeeper":
+        return zookeeper_cli.run(args)
     if args.command == "audit" and args.audit_command in readiness.COMMANDS:
         return readiness.main(args)
     if args.command == "audit":

@@ -6,6 +6,9 @@
     ksidecar users --zookeeper HOST:PORT[/chroot] list
     ksidecar users --plain-file FILE add|delete|list ...
 
+    (with --zookeeper, --zk-config-file FILE: the sidecars' ZooKeeper identity and
+    zookeeper.set.acl, see :mod:`proxy.tools.zookeeper_cli`)
+
 ``--zookeeper`` writes SCRAM credentials to ``/config/users/<user>`` (the connect string's
 chroot as in ``zookeeper.connect``; created if missing, as a sidecar does); running sidecars
 see the change through their watch. ``--plain-file`` edits the PLAIN users file
@@ -23,7 +26,7 @@ import sys
 import tempfile
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from proxy.auth.sasl.password_file import (
@@ -41,7 +44,10 @@ from proxy.auth.sasl.scram import (
     derive_credential,
 )
 from proxy.auth.user_store import UserStore
+from proxy.config.keys import ConfigError
+from proxy.config.properties import PropertiesError
 from proxy.control.zk import ensure_chroot
+from proxy.tools.zookeeper_cli import add_zk_config_argument, security_from_file
 
 TIMEOUT = 10.0
 
@@ -56,6 +62,7 @@ def add_parser(sub: Any) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="SCRAM users in ZooKeeper")
     where.add_argument("--plain-file", metavar="FILE", help="PLAIN users file")
+    add_zk_config_argument(parser)
     verbs = parser.add_subparsers(dest="verb", required=True)
     add = verbs.add_parser("add", help="create a user or change its password")
     add.add_argument("name")
@@ -78,9 +85,13 @@ def run(args: argparse.Namespace) -> int:
         if args.plain_file:
             return _plain(args)
         return _zookeeper(args)
-    except UsageError as exc:
+    except (UsageError, ConfigError, PropertiesError) as exc:
         print(f"ksidecar users: {exc}", file=sys.stderr)
         return 2
+    except NoAuthError:
+        print("ksidecar users: ZooKeeper refused (NoAuth): the tree is secured; give the sidecars' "
+              "identity with --zk-config-file", file=sys.stderr)
+        return 1
     except (OSError, PasswordFileError, KazooTimeoutError, RuntimeError) as exc:
         print(f"ksidecar users: {exc}", file=sys.stderr)
         return 1
@@ -103,9 +114,10 @@ def read_password(args: argparse.Namespace) -> str:
 def _zookeeper(args: argparse.Namespace) -> int:
     if args.verb == "add" and not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
         raise UsageError(f"--iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS} for SCRAM")
+    security = security_from_file(args.zk_config_file)
     password = read_password(args) if args.verb == "add" else ""
-    ensure_chroot(args.zookeeper, TIMEOUT)
-    client = KazooClient(hosts=args.zookeeper, timeout=TIMEOUT)
+    ensure_chroot(args.zookeeper, TIMEOUT, security)
+    client = security.client(args.zookeeper, timeout=TIMEOUT)
     client.start(timeout=TIMEOUT)
     try:
         store = UserStore(client)
