@@ -62,6 +62,7 @@ from protocol.apis import (
     TXN_OFFSET_COMMIT,
     ApiRegistry,
 )
+from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from proxy.local.api import Answer, Context, Handler, Later, LocalApi, LocalRequest, Respond, Takes
 from proxy.local.ports import GroupPort, Pending
@@ -200,10 +201,6 @@ def handler(call_for: CallFor, api: str) -> Handler:
     return handle
 
 
-UNSUPPORTED_VERSION = 35
-CONSUMER_GROUP_DESCRIBE = 69
-
-
 def _gated_off(request: LocalRequest, context: Context) -> dict[str, Any] | None:
     """UNSUPPORTED_VERSION while the API's feature is finalized below its level (KIP-584:
     ``group.version`` < 1 keeps KIP-848 off); read per request, so an upgrade needs no restart."""
@@ -216,9 +213,9 @@ def _gated_off(request: LocalRequest, context: Context) -> dict[str, Any] | None
                f"{level} (kafka-features upgrade --feature {name}={level})")
     if request.api_key == CONSUMER_GROUP_DESCRIBE:
         return {"ThrottleTimeMs": 0, "Groups": [
-            {"GroupId": group, "ErrorCode": UNSUPPORTED_VERSION, "ErrorMessage": message}
+            {"GroupId": group, "ErrorCode": ErrorCode.UNSUPPORTED_VERSION, "ErrorMessage": message}
             for group in _body(request)["GroupIds"]]}
-    return {"ThrottleTimeMs": 0, "ErrorCode": UNSUPPORTED_VERSION, "ErrorMessage": message}
+    return {"ThrottleTimeMs": 0, "ErrorCode": ErrorCode.UNSUPPORTED_VERSION, "ErrorMessage": message}
 
 
 def _group_keys_only(registry: ApiRegistry) -> Takes:

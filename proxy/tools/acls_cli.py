@@ -22,6 +22,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from protocol.apis import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from proxy.auth.acl.model import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -40,7 +41,6 @@ from proxy.auth.acl.model import (
 )
 from proxy.tools.admin_client import AdminClient, AdminError
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 VERSION = 2
 
 

@@ -16,9 +16,9 @@ import argparse
 import sys
 from typing import Any
 
+from protocol.apis import API_VERSIONS, UPDATE_FEATURES
 from proxy.tools.admin_client import AdminClient, AdminError
 
-API_VERSIONS, UPDATE_FEATURES = 18, 57
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 
 
