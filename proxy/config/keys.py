@@ -490,6 +490,12 @@ KEYS: tuple[Key, ...] = (
         "PEM CA bundle for verifying client certificates (`ssl.client.auth`).", _str),
     Key("ssl.client.auth", "enum", "none", "Client certificate authentication on SSL listeners.",
         _choice("none", "requested", "required"), "none|requested|required"),
+    Key("ssl.principal.mapping.rules", "list", "DEFAULT",
+        "SSL listeners with a client certificate: Kafka's rules turning the certificate's subject "
+        "(RFC 2253, e.g. `CN=alice,OU=eng,O=Acme`) into the principal `User:<name>`, first match "
+        "wins: `RULE:<pattern>/<replacement>/` (optionally `L` or `U` after it) or `DEFAULT` (the whole subject), "
+        "comma-separated. No match fails the connection's authentication (docs/authentication.md).",
+        _str, "comma-separated `RULE:…/…/[LU]`, `DEFAULT`"),
     Key("max.connection.creation.rate", "int", _NO_LIMIT,
         "KIP-612: connections accepted per second, sidecar-wide (all listeners but "
         "`inter.broker.listener.name`). Over it the acceptor waits (never drops). "
@@ -691,6 +697,7 @@ LISTENER_KEYS = (
     "ssl.key.password",
     "ssl.truststore.location",
     "ssl.client.auth",
+    "ssl.principal.mapping.rules",
     "sasl.enabled.mechanisms",
 )
 

@@ -39,7 +39,13 @@ from proxy.control.observing import load_hub, run_hub
 from proxy.control.quota_metrics import register_quota_metrics
 from proxy.control.quota_state import IpQuotas
 from proxy.control.registration import Registration
-from proxy.control.tls import listener_ssl_context, upstream_ssl_context
+from proxy.control.tls import (
+    PrincipalMappingFailed,
+    listener_principal_mapper,
+    listener_ssl_context,
+    tls_principal,
+    upstream_ssl_context,
+)
 from proxy.control.topic_directory import TopicDirectory
 from proxy.control.upstream import Upstream, upstream_login
 from proxy.control.users import ScramUsers
@@ -114,6 +120,9 @@ class Sidecar:
         self._unmapped_logged: set[tuple[str, int]] = set()
         self._slot_freed = trio.Event()
         self._parts: dict[str, Parts] = {}
+        #: ``ssl.principal.mapping.rules`` of each SSL listener, parsed once (bad rules: no start).
+        self._principal_mappers = {e.name: m for e in config.listeners
+                                   if (m := listener_principal_mapper(config, e.name)) is not None}
         register_quota_metrics(self.metrics.registry, self.gate, [e.name for e in config.listeners])
         self.sasl_lenient = Counter(
             "ksidecar_sasl_lenient_logins", "SASL logins that succeeded only under a rule looser "
@@ -472,7 +481,17 @@ class Sidecar:
                 await trio.aclose_forcefully(stream)
                 return
             client = tls
-        context = Context(listener=listener, peer=(peer[0], peer[1]), ports=self.ports)
+        principal = "User:ANONYMOUS"
+        mapper = self._principal_mappers.get(listener)
+        if mapper is not None and isinstance(client, trio.SSLStream):
+            try:  # Kafka's SSL principal: the certificate's subject through the mapping rules
+                principal = tls_principal(client.getpeercert(binary_form=True), mapper) or principal
+            except PrincipalMappingFailed as exc:
+                self.metrics.connections_closed.labels(listener, "ssl_principal_mapping").inc()
+                log.info("TLS client %s:%d on %s failed authentication: %s", peer[0], peer[1], listener, exc)
+                await trio.aclose_forcefully(client)
+                return
+        context = Context(listener=listener, peer=(peer[0], peer[1]), ports=self.ports, principal=principal)
         connection = Connection(self.parts_for(listener), client, context)
         self.connections.add(connection)
         gauge = self.metrics.connections_active.labels(listener)

@@ -2,12 +2,16 @@
 
 Certificates are PEM files (``ssl.keystore.location`` holds the chain and the key,
 ``ssl.truststore.location`` the CAs), the form Python's ``ssl`` module reads directly.
+On an SSL listener a client's certificate names the connection's principal through
+``ssl.principal.mapping.rules`` (:func:`listener_principal_mapper`, :func:`tls_principal`).
 """
 
 from __future__ import annotations
 
 import ssl
 
+from proxy.auth.distinguished_name import CertificateError, subject_dn
+from proxy.auth.principal_mapping import MappingRuleError, NoMatchingRule, PrincipalMapper
 from proxy.config import ConfigError, SidecarConfig
 
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -37,6 +41,44 @@ def listener_ssl_context(config: SidecarConfig, listener: str) -> ssl.SSLContext
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"listener {listener}: cannot load TLS material ({exc})") from None
     return context
+
+
+def listener_principal_mapper(config: SidecarConfig, listener: str) -> PrincipalMapper | None:
+    """The mapping rules of ``listener`` if its protocol is SSL, else ``None``.
+
+    On SASL_SSL the SASL login names the principal (as in Kafka), so no rules apply there.
+    Raises :class:`ConfigError` naming the key when a rule does not parse.
+    """
+    if config.security_protocol(listener) != "SSL":
+        return None
+    rules = config.listener_value(listener, "ssl.principal.mapping.rules")
+    try:
+        return PrincipalMapper.parse(rules)
+    except MappingRuleError as exc:
+        key = "ssl.principal.mapping.rules"
+        if key in config.listener_overrides.get(listener, {}):
+            key = f"listener.name.{listener.lower()}.{key}"
+        raise ConfigError(f"{key}={rules!r}: {exc}") from None
+
+
+class PrincipalMappingFailed(Exception):
+    """A client certificate that names no principal: its connection fails authentication."""
+
+
+def tls_principal(der: bytes | None, mapper: PrincipalMapper) -> str | None:
+    """``User:<mapped subject>`` of the client's certificate (DER); ``None`` when it sent none.
+
+    Kafka's ``DefaultKafkaPrincipalBuilder``: a client without a certificate is
+    ``User:ANONYMOUS`` (``None`` here); a subject no rule maps raises
+    :class:`PrincipalMappingFailed`, and so does a certificate whose subject cannot be read.
+    """
+    if not der:
+        return None
+    try:
+        dn = subject_dn(der)
+        return f"User:{mapper.name(dn)}"
+    except (CertificateError, NoMatchingRule) as exc:
+        raise PrincipalMappingFailed(str(exc)) from None
 
 
 def upstream_ssl_context(config: SidecarConfig) -> ssl.SSLContext | None:
