@@ -21,6 +21,7 @@ naming user and mechanism, never a secret (:meth:`ListenerAuth.record`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -32,6 +33,9 @@ from protocol.headers import decode_request_header
 from protocol.scan import response_header_size
 from protocol.schema import decode
 from proxy.auth.plain_users import PlainUsersFile
+from proxy.auth.sasl.jwt_token import KeySet, TokenRules
+from proxy.auth.sasl.oauthbearer import MECHANISM as OAUTHBEARER
+from proxy.auth.sasl.oauthbearer import OAuthBearerServer
 from proxy.auth.sasl.passthrough import PrincipalReader
 from proxy.auth.sasl.plain import MECHANISM as PLAIN
 from proxy.auth.sasl.plain import PlainServer
@@ -77,6 +81,16 @@ ScramLookup = Callable[[str, str], "ScramCredential | None"]
 Count = Callable[[str, str, str], None]
 
 
+class _NoKeys:
+    """The key source of an OAUTHBEARER listener without a JWKS URL: no key, ever."""
+
+    def current(self) -> KeySet:
+        return KeySet.empty()
+
+    def refreshed(self, kid: str | None) -> KeySet:
+        return KeySet.empty()
+
+
 class ListenerAuth:
     """What one SASL listener's connections share: mechanisms, user sources, metrics."""
 
@@ -89,6 +103,7 @@ class ListenerAuth:
         *,
         has_zookeeper: bool,
         count_lenient: Count = lambda _listener, _mechanism, _deviation: None,
+        oauthbearer: MechanismFactory | None = None,
     ) -> None:
         self.listener = listener
         self.settings = settings
@@ -99,6 +114,7 @@ class ListenerAuth:
         self._scram_lookup = scram_lookup
         self._count = count
         self._count_lenient = count_lenient
+        self._oauthbearer = oauthbearer
         self._factories = {name: self._factory(name) for name in self.mechanisms}
         if self.terminating:
             self._warn_about_missing_users(has_zookeeper)
@@ -107,6 +123,9 @@ class ListenerAuth:
         if any(m in SCRAM_MECHANISMS for m in self.mechanisms) and not has_zookeeper:
             log.warning("listener %s offers SCRAM but zookeeper.connect is empty: no SCRAM user "
                         "can log in (SCRAM users live in /config/users)", self.listener)
+        if OAUTHBEARER in self.mechanisms and self._oauthbearer is None:
+            log.warning("listener %s offers OAUTHBEARER but sasl.oauthbearer.jwks.endpoint.url "
+                        "is empty: no token can be checked", self.listener)
         if PLAIN in self.mechanisms and not self.settings.plain_users_file:
             log.warning("listener %s offers PLAIN but sidecar.sasl.plain.users.file is empty: "
                         "no PLAIN user can log in", self.listener)
@@ -114,6 +133,10 @@ class ListenerAuth:
     def _factory(self, name: str) -> MechanismFactory:
         if name == PLAIN:
             return lambda: PlainServer(self.plain_users.verify)
+        if name == OAUTHBEARER:
+            # Built by the composition root (proxy.control.jwks: the JWKS it fetches); without
+            # one no key is known and every token is refused.
+            return self._oauthbearer or (lambda: OAuthBearerServer(_NoKeys(), TokenRules(), time.time))
         mechanism = SCRAM_MECHANISMS[name]
         check: NonceCheck = "strict" if self.settings.scram_nonce_check == "strict" else "kafka"
         return lambda: ScramServer(

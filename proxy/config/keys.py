@@ -250,6 +250,9 @@ def parse_ip_counts(key: str, value: str) -> dict[str, int]:
 
 #: SASL mechanisms the sidecar can terminate.
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: What a terminating listener may offer: the above and OAUTHBEARER (RFC 7628, JWTs checked
+#: against a JWKS); the control connection's own login stays PLAIN or SCRAM.
+SERVER_SASL_MECHANISMS = (*SASL_MECHANISMS, "OAUTHBEARER")
 
 
 ASSIGNORS = ("uniform", "range")
@@ -271,21 +274,39 @@ def parse_assignors(key: str, value: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def parse_mechanisms(key: str, value: str) -> tuple[str, ...]:
+def parse_mechanisms(
+    key: str, value: str, allowed: tuple[str, ...] = SASL_MECHANISMS
+) -> tuple[str, ...]:
     """``PLAIN,SCRAM-SHA-256`` → the mechanism names (upper case, no repeats)."""
     names: list[str] = []
     for item in (part.strip().upper() for part in value.split(",")):
         if not item:
             continue
-        if item not in SASL_MECHANISMS:
+        if item not in allowed:
             raise ConfigError(
-                f"{key}={value!r}: {item!r} is not supported (allowed: {', '.join(SASL_MECHANISMS)})"
+                f"{key}={value!r}: {item!r} is not supported (allowed: {', '.join(allowed)})"
             )
         if item not in names:
             names.append(item)
     if not names:
-        raise ConfigError(f"{key}={value!r}: name at least one of {', '.join(SASL_MECHANISMS)}")
+        raise ConfigError(f"{key}={value!r}: name at least one of {', '.join(allowed)}")
     return tuple(names)
+
+
+def parse_server_mechanisms(key: str, value: str) -> tuple[str, ...]:
+    """``sasl.enabled.mechanisms``: :func:`parse_mechanisms` with OAUTHBEARER allowed too."""
+    return parse_mechanisms(key, value, SERVER_SASL_MECHANISMS)
+
+
+def _url(key: str, value: str) -> str:
+    text = value.strip()
+    if text and not re.match(r"^(https?|file):", text):
+        raise ConfigError(f"{key}={value!r}: not an http://, https:// or file: URL")
+    return text
+
+
+def _names(key: str, value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
 def _optional_mechanism(key: str, value: str) -> str:
@@ -537,8 +558,9 @@ KEYS: tuple[Key, ...] = (
     Key("sasl.enabled.mechanisms", "list", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "Mechanisms a terminating SASL listener offers (Kafka's key; per listener: "
         "`listener.name.<l>.sasl.enabled.mechanisms`). SCRAM credentials live in ZooKeeper "
-        "(`/config/users/<user>`), PLAIN users in `sidecar.sasl.plain.users.file`.",
-        parse_mechanisms, "comma-separated subset of " + ",".join(SASL_MECHANISMS)),
+        "(`/config/users/<user>`), PLAIN users in `sidecar.sasl.plain.users.file`, OAUTHBEARER "
+        "tokens are checked against `sasl.oauthbearer.jwks.endpoint.url`.",
+        parse_server_mechanisms, "comma-separated subset of " + ",".join(SERVER_SASL_MECHANISMS)),
     Key("sidecar.sasl.scram.nonce.check", "enum", "kafka",
         "How a SCRAM client-final nonce is checked when the sidecar terminates SASL: `kafka` "
         "accepts a final nonce that ends with the server's (Kafka 3.8.1-3.9's rule; librdkafka "
@@ -554,6 +576,36 @@ KEYS: tuple[Key, ...] = (
         "KIP-368: session lifetime sent in SaslAuthenticate answers; a connection whose session "
         "expired is closed at its next request unless it re-authenticates. 0: sessions never "
         "expire.", _int(0), ">= 0"),
+    # OAUTHBEARER (RFC 7628) where the sidecar terminates SASL: Kafka's broker-side keys
+    # (KIP-768) and defaults. docs/authentication.md, "OAUTHBEARER".
+    Key("sasl.oauthbearer.jwks.endpoint.url", "string", "",
+        "OAUTHBEARER: where the identity provider publishes its signing keys (a JWKS, e.g. "
+        "`https://idp/jwks`; `file:` URLs are read the same way). Fetched at start, every "
+        "`sasl.oauthbearer.jwks.endpoint.refresh.ms`, and when a token names a key id not in "
+        "the set (at most once per 10 s). Empty: no OAUTHBEARER login can succeed.",
+        _url, "http(s):// or file: URL"),
+    Key("sasl.oauthbearer.jwks.endpoint.refresh.ms", "int", "3600000",
+        "OAUTHBEARER: how often the JWKS is fetched again (Kafka's default: an hour).",
+        _int(1), ">= 1"),
+    Key("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "int", "100",
+        "OAUTHBEARER: first wait before retrying a failed JWKS fetch; doubled per attempt.",
+        _int(0), ">= 0"),
+    Key("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "int", "10000",
+        "OAUTHBEARER: longest wait between JWKS fetch retries.", _int(0), ">= 0"),
+    Key("sasl.oauthbearer.clock.skew.seconds", "int", "30",
+        "OAUTHBEARER: leeway for a token's `exp`, `nbf` and `iat` against the sidecar's clock.",
+        _int(0), ">= 0"),
+    Key("sasl.oauthbearer.expected.audience", "list", "",
+        "OAUTHBEARER: a token's `aud` must name one of these (comma-separated). Empty: not "
+        "checked (Kafka's default; set it in production).", _names, "name[,...]"),
+    Key("sasl.oauthbearer.expected.issuer", "string", "",
+        "OAUTHBEARER: a token's `iss` must equal this. Empty: not checked (Kafka's default).",
+        _str),
+    Key("sasl.oauthbearer.sub.claim.name", "string", "sub",
+        "OAUTHBEARER: the claim whose value is the principal (`User:<value>`).", _str),
+    Key("sasl.oauthbearer.scope.claim.name", "string", "scope",
+        "OAUTHBEARER: the claim holding the token's scopes (a space-separated string or a list); "
+        "recorded with the session.", _str),
     Key("connection.failed.authentication.delay.ms", "int", "100",
         "KIP-306: after a failed authentication the error answer goes out and the connection "
         "closes this much later (slows password guessing; lets clients read the answer).",

@@ -35,6 +35,7 @@ from proxy.control.gate_config import gate_config
 from proxy.control.groups import GroupService
 from proxy.control.http import serve_http
 from proxy.control.identity import Brokers, Identity, OwnAddressFirst
+from proxy.control.jwks import JwksFetcher, JwksSettings, token_rules
 from proxy.control.observing import load_hub, run_hub
 from proxy.control.quota_metrics import register_quota_metrics
 from proxy.control.quota_state import IpQuotas
@@ -105,6 +106,9 @@ class Sidecar:
             self.zk,
         )
         self.users = ScramUsers(self.zk)
+        #: OAUTHBEARER's signing keys, when a JWKS URL is set (:mod:`proxy.control.jwks`).
+        self.jwks = (JwksFetcher(JwksSettings.from_config(config), token_rules(config))
+                     if config["sasl.oauthbearer.jwks.endpoint.url"] else None)
         #: Who this sidecar is: broker id, advertised endpoints, tags (:mod:`proxy.control.identity`).
         self.identity = Identity(config, self.upstream)
         self.registered = RegisteredAddressBook()
@@ -296,6 +300,7 @@ class Sidecar:
                 lambda *labels: self.metrics.sasl_authentications.labels(*labels).inc(),
                 has_zookeeper=self.zk is not None,
                 count_lenient=lambda *labels: self.sasl_lenient.labels(*labels).inc(),
+                oauthbearer=self.jwks.mechanism() if self.jwks is not None else None,
             )
             sasl = SaslApis(auth) if auth.terminating else None
         table = build_table(
@@ -392,6 +397,8 @@ class Sidecar:
                 metrics_at: HostPort | None = self.config["sidecar.metrics.listener"]
                 if metrics_at is not None:
                     self.metrics_address = await nursery.start(serve_http, self, metrics_at)
+                if self.jwks is not None:
+                    await nursery.start(self.jwks.run)
                 for endpoint, sockets in listeners:
                     nursery.start_soon(self._accept, endpoint, sockets)
                 nursery.start_soon(self._expire_ip_sensors)

@@ -8,7 +8,7 @@ file; the users below are created through the ``ksidecar users`` command itself.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,7 @@ import trio
 
 from proxy.control.server import Sidecar
 from proxy.tools.cli import main as cli_main
+from proxy.tools.rig.oidc import OidcProvider, start_provider
 from proxy.tools.rig.tansu import TansuServer
 from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys, start_sidecar
@@ -111,3 +112,18 @@ async def new_topic(tansu: TansuServer, prefix: str = "auth-") -> str:
     finally:
         await wire.aclose()
     return name
+
+
+#: The OpenID provider's clients (client id → secret) for the OAUTHBEARER tests.
+OIDC_CLIENTS = {"svc-a": "svc-a-secret-0123456789-0123456789", "svc-b": "svc-b-secret-0123456789-0123456789"}
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(rig_dir: Path) -> Iterator[OidcProvider]:
+    """A real OpenID provider (oidc-provider on Node.js) for the session: client credentials,
+    RS256 JWT access tokens for audience ``urn:kafka``, its keys at ``.jwks_url``."""
+    provider = start_provider(rig_dir, OIDC_CLIENTS)
+    try:
+        yield provider
+    finally:
+        provider.stop()

@@ -2,6 +2,8 @@
 
 * :mod:`proxy.auth.sasl.scram` — RFC 5802 / RFC 7677 SCRAM server and the credential math;
 * :mod:`proxy.auth.sasl.plain` — RFC 4616 PLAIN server;
+* :mod:`proxy.auth.sasl.oauthbearer` — RFC 7628 OAUTHBEARER server (Kafka's exchange), and
+  :mod:`proxy.auth.sasl.jwt_token`, the JWT check against a provider's keys (PyJWT);
 * :mod:`proxy.auth.sasl.credentials` — Kafka's SCRAM credential text in ``/config/users/<user>``;
 * :mod:`proxy.auth.sasl.password_file` — the PLAIN users file (salted PBKDF2 hashes);
 * :mod:`proxy.auth.sasl.session` — one connection's authentication state: what may pass when,

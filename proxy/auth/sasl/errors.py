@@ -13,6 +13,9 @@ class SaslError(Exception):
     """A SASL exchange that cannot go on; ``error_code`` is Kafka's answer to it."""
 
     error_code = ErrorCode.SASL_AUTHENTICATION_FAILED
+    #: What the client is told instead of Kafka's generic failure message, when the
+    #: mechanism defines it (OAUTHBEARER's error JSON); ``None``: the generic message.
+    client_message: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -15,8 +15,9 @@ AUTHENTICATED   everything, until the session expires; then any request but a   
 FAILED          none: the connection closes after the failure answer             —
 =============== ================================================================ ==========================
 
-Session lifetime (``connections.max.reauth.ms``, 0 = none) is sent as SessionLifetimeMs in
-the SaslAuthenticate answer that completes the exchange (v1+). A client that authenticated
+Session lifetime (``connections.max.reauth.ms``, 0 = none, and for OAUTHBEARER the token's
+remaining life, whichever is shorter: :func:`session_lifetime_ms`) is sent as
+SessionLifetimeMs in the SaslAuthenticate answer that completes the exchange (v1+). A client that authenticated
 with SaslAuthenticate v1+ may re-authenticate on the same connection: a new SaslHandshake
 with the same mechanism, then SaslAuthenticate, as the same user; a different mechanism or
 user fails and closes. A client that used v0 (or raw tokens) cannot, and its connection is
@@ -100,6 +101,20 @@ def failure_message(mechanism: str, reauthenticating: bool) -> str:
     return f"Authentication failed during {what} due to invalid credentials with SASL mechanism {mechanism}"
 
 
+def session_lifetime_ms(reauth_ms: int, credential_ms: int | None) -> int | None:
+    """How long a new session lasts (``None``: forever), as Kafka's ``SaslServerAuthenticator``.
+
+    ``connections.max.reauth.ms`` (0: unset) and what the credential had left (OAUTHBEARER's
+    token ``exp``; ``None`` for mechanisms whose credential does not expire): the shorter of the
+    two, so a token that expires ends its session even with ``connections.max.reauth.ms`` unset.
+    """
+    if credential_ms is None:
+        return reauth_ms if reauth_ms > 0 else None
+    if reauth_ms <= 0:
+        return max(0, credential_ms)
+    return max(0, min(credential_ms, reauth_ms))
+
+
 class Session:
     """The authentication state of one client connection; see the module docstring.
 
@@ -123,6 +138,8 @@ class Session:
         self.failure_reason = ""
         #: What the last successful exchange needed beyond the RFCs (see :class:`Reply`).
         self.deviations: tuple[str, ...] = ()
+        #: Scopes of the last accepted credential (OAUTHBEARER's scope claim; else empty).
+        self.scope: tuple[str, ...] = ()
         self._server: MechanismServer | None = None
         self._previous: tuple[str, str] | None = None  # (mechanism, principal) being re-authenticated
 
@@ -205,13 +222,17 @@ class Session:
         except SaslError as exc:
             self.failure_reason = exc.message
             return self._fail(int(ErrorCode.SASL_AUTHENTICATION_FAILED),
-                              failure_message(mechanism, self.reauthenticating), "failure")
+                              exc.client_message or failure_message(mechanism, self.reauthenticating),
+                              "failure")
         if not server.complete:
             return Reply(token=answer)
         assert server.username is not None
         principal = f"User:{server.username}"
         # Mechanisms without leniencies (PLAIN) have no such attribute.
         deviations: tuple[str, ...] = getattr(server, "deviations", ())
+        # Mechanisms whose credential expires (OAUTHBEARER's token) bound the session by it.
+        credential_ms: int | None = getattr(server, "credential_lifetime_ms", None)
+        self.scope = getattr(server, "scope", ())
         self._server = None  # the credential goes with it
         if self._previous is not None and self._previous[1] != principal:
             return self._fail(
@@ -223,11 +244,12 @@ class Session:
         self.principal = principal
         self.reauthenticating = False
         self._previous = None
-        self.expires_at = now + self.reauth_ms / 1000 if self.reauth_ms > 0 else None
+        lifetime_ms = session_lifetime_ms(self.reauth_ms, credential_ms)
+        self.expires_at = now + lifetime_ms / 1000 if lifetime_ms is not None else None
         self.deviations = deviations
         return Reply(
             token=answer,
-            session_lifetime_ms=self.reauth_ms,
+            session_lifetime_ms=lifetime_ms or 0,
             outcome="success",
             deviations=deviations,
         )
