@@ -1,24 +1,23 @@
-"""One client connection: the client pump, the upstream pump and the writer.
+"""One client connection: it reads requests and carries out what the dispatch decides.
 
-* the **client pump** reads request frames; each passes the listener's admission rule
-  (SASL), then the :class:`~proxy.datapath.routing.Router` says whether a local API
-  answers it, the broker does (the original bytes are forwarded), or nobody can (KIP-35
-  "unsupported");
-* the **upstream pump** reads response frames, pairs each with its request through the
-  :class:`~protocol.correlation.CorrelationTracker`, and rewrites broker addresses where a
-  response names brokers;
-* answers leave strictly in request order (:mod:`proxy.datapath.responder`): the task that
-  fills the oldest slot writes the ready prefix itself when the client's socket takes it
-  at once (:meth:`Connection._deliver`); the **writer** task takes over a write that must
-  wait, and every write on a wire that cannot write without waiting (TLS).
+* the **client pump** reads request frames; the SASL gate and the chain of request filters
+  (:mod:`proxy.datapath.dispatch`) decide each one, and the connection carries the decision
+  out: forward it (:mod:`proxy.datapath.broker_link` dials the broker at the first), answer
+  it locally now or later, answer it "unsupported" (KIP-35), wait and decide again, or close;
+* the **broker side** (:class:`~proxy.datapath.broker_link.BrokerLink`) reads the broker's
+  answers, pairs each with its request and hands it to the response filters, streaming a
+  large one as it arrives (:mod:`proxy.datapath.streaming`);
+* answers leave strictly in request order (:mod:`proxy.datapath.responder`), written at once
+  when the client's socket takes them, else by the writer task
+  (:mod:`proxy.datapath.writer`).
 
 A local answer that must wait (:class:`~proxy.local.api.Later`) runs in the connection's
 nursery and fills its slot when done; the pump does not wait for it (unless it asks to
 hold, as a SASL login does), and requests gathered for the broker go at once.
 
-A connection is built from its parts (:class:`Parts`: settings, registry, router, local
-table, metrics, and an ``open_upstream`` factory) and a client stream, so everything here
-runs on ``trio.testing.memory_stream_pair`` under a virtual clock (tests/proxy/datapath).
+A connection is built from its parts (:class:`Parts`: settings, registry, the dispatch,
+metrics, and an ``open_upstream`` factory) and a client stream, so everything here runs on
+``trio.testing.memory_stream_pair`` under a virtual clock (tests/proxy).
 
 Backpressure: the client pump stops reading while the FIFO holds
 ``sidecar.max.in.flight.requests.per.connection`` slots (answers-later included) or the
@@ -35,8 +34,7 @@ large frame is read straight into its own buffer (:mod:`proxy.datapath.frames`);
 request header is decoded (from a bounded view, :data:`HEADER_VIEW`); metric children are
 resolved once per API; the idle timeout is one sweeper for the sidecar
 (:mod:`proxy.datapath.idle`), not a task or a cancel scope per connection; responses are
-only scanned, never decoded, unless they name brokers; a large response with nothing
-ahead of it goes on while it arrives (:mod:`proxy.datapath.streaming`).
+only scanned, never decoded, unless a response filter needs them.
 """
 
 from __future__ import annotations
