@@ -115,14 +115,18 @@ async def new_topic(tansu: TansuServer, prefix: str = "auth-") -> str:
 
 
 #: The OpenID provider's clients (client id → secret) for the OAUTHBEARER tests.
-OIDC_CLIENTS = {"svc-a": "svc-a-secret-0123456789-0123456789", "svc-b": "svc-b-secret-0123456789-0123456789"}
+OIDC_CLIENTS = {"svc-a": "svc-a-secret-0123456789-0123456789", "svc-b": "svc-b-secret-0123456789-0123456789",
+                "svc-short": "svc-short-secret-0123456789-012345"}
+#: Seconds ``svc-short``'s tokens live (the others' live 300 s): the expiry test's client.
+OIDC_SHORT_TTL = 2
 
 
 @pytest.fixture(scope="session")
 def oidc_provider(rig_dir: Path) -> Iterator[OidcProvider]:
     """A real OpenID provider (oidc-provider on Node.js) for the session: client credentials,
-    RS256 JWT access tokens for audience ``urn:kafka``, its keys at ``.jwks_url``."""
-    provider = start_provider(rig_dir, OIDC_CLIENTS)
+    RS256 JWT access tokens for audience ``urn:kafka``, its keys at ``.jwks_url``;
+    ``svc-short``'s tokens expire :data:`OIDC_SHORT_TTL` seconds after they are issued."""
+    provider = start_provider(rig_dir, OIDC_CLIENTS, client_ttls={"svc-short": OIDC_SHORT_TTL})
     try:
         yield provider
     finally:

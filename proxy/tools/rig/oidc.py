@@ -123,14 +123,20 @@ def start_provider(
     *,
     audience: str = "urn:kafka",
     ttl_seconds: int = 300,
+    client_ttls: Mapping[str, int] | None = None,
     host: str = LOOPBACK,
     port: int | None = None,
     name: str = "oidc-provider",
 ) -> OidcProvider:
-    """Start oidc-provider with ``clients`` (client id → secret, at least 32 characters each)."""
+    """Start oidc-provider with ``clients`` (client id → secret, at least 32 characters each).
+
+    Tokens live ``ttl_seconds``; a client named in ``client_ttls`` gets tokens of its own
+    lifetime (seconds), e.g. a few seconds for a test of expiry."""
+    ttls = dict(client_ttls or {})
     config = {
         "jwks": {"keys": [rsa_signing_key()]},
-        "clients": [{"client_id": c, "client_secret": s} for c, s in clients.items()],
+        "clients": [{"client_id": c, "client_secret": s, **({"ttl": ttls[c]} if c in ttls else {})}
+                    for c, s in clients.items()],
         "audience": audience,
         "ttl": ttl_seconds,
     }

@@ -4,7 +4,8 @@
 //   OIDC_HOST         the loopback address to bind (default 127.0.0.1)
 //   OIDC_PORT         its port (the issuer is http://<host>:<port>)
 //   OIDC_CONFIG_FILE  JSON: {"jwks": {"keys": [private JWKs]}, "clients": [{"client_id",
-//                     "client_secret"}], "audience": "urn:kafka", "ttl": seconds}
+//                     "client_secret", "ttl"?}], "audience": "urn:kafka", "ttl": seconds}
+//                     (a client's own "ttl" overrides the default lifetime of its tokens)
 import { readFileSync } from 'node:fs';
 import Provider from 'oidc-provider';
 
@@ -14,6 +15,9 @@ const config = JSON.parse(readFileSync(process.env.OIDC_CONFIG_FILE, 'utf8'));
 const issuer = `http://${host}:${port}`;
 const audience = config.audience;
 const ttl = config.ttl;
+// A client's own token lifetime (seconds), else the default: the expiry tests use a client
+// whose tokens live a few seconds.
+const ttlOf = (client) => config.clients.find((c) => c.client_id === client?.clientId)?.ttl ?? ttl;
 
 const provider = new Provider(issuer, {
   clients: config.clients.map((c) => ({
@@ -33,16 +37,16 @@ const provider = new Provider(issuer, {
       enabled: true,
       defaultResource: () => audience,
       useGrantedResource: () => true,
-      getResourceServerInfo: () => ({
+      getResourceServerInfo: (ctx, resource, client) => ({
         scope: 'kafka',
         audience,
         accessTokenFormat: 'jwt',
-        accessTokenTTL: ttl,
+        accessTokenTTL: ttlOf(client),
         jwt: { sign: { alg: 'RS256' } },
       }),
     },
   },
-  ttl: { ClientCredentials: ttl },
+  ttl: { ClientCredentials: (ctx, token, client) => ttlOf(client) },
 });
 
 provider.listen(port, host, () => {
