@@ -55,9 +55,6 @@ STREAM_MIN = 131072
 #: response's correlation id lies in the first bytes (a longer header is retried on the
 #: whole frame), so a megabyte Produce is never copied to read its header.
 HEADER_VIEW = 65536
-#: An answer the ACLs patch at least this large is patched in slices by a task of its own
-#: (:meth:`Dispatch.patch_in_slices`), the event loop serving other connections in between.
-PATCH_LATER_MIN = 262144
 
 #: Opens a link to the broker; raises :class:`UpstreamError` when it cannot.
 OpenUpstream = Callable[[], Awaitable[trio.abc.Stream]]
@@ -239,8 +236,7 @@ class BrokerLink:
         if header is None:  # a raw SASL token's answer
             self._responses.fill(slot, frame, trio.current_time())
             return
-        data = self._dispatch.response(header, record.response_header_version, frame, slot.patch,
-                                       patch_later_min=PATCH_LATER_MIN if self._nursery is not None else None)
+        data = self._dispatch.response(header, record.response_header_version, frame, slot.patch)
         if isinstance(data, Close):
             raise ConnectionClosed(data.reason, data.detail)
         if isinstance(data, PatchLater):

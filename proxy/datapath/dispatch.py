@@ -54,13 +54,17 @@ from proxy.auth.acl.enforce import Refuse
 from proxy.auth.gate import RAW_TOKEN, Refusal, Verdict
 from proxy.datapath.authorize import REFRESH, Authorization, Denials, Patch
 from proxy.datapath.metrics import SidecarMetrics
+from proxy.datapath.rewrite import SITES
 from proxy.datapath.routing import Route, Router, Streaming
 from proxy.local.api import Answer as LocalAnswer
 from proxy.local.api import Close as LocalClose
 from proxy.local.api import Context, Later, LocalApi, LocalRequest, Respond
 
 __all__ = [
+    "PATCH_LATER_MIN",
     "AclFilter",
+    "AclPatch",
+    "AddressRewrite",
     "Answer",
     "Close",
     "Decision",
@@ -71,6 +75,8 @@ __all__ = [
     "Refresh",
     "Request",
     "RequestFilter",
+    "Response",
+    "ResponseFilter",
     "UnparsedPolicy",
     "Unsupported",
 ]
@@ -199,6 +205,11 @@ class Refresh:
 Decision = Forward | Answer | Unsupported | Close | Refresh
 
 
+#: An answer the ACLs patch at least this large is patched in slices by a task of its own
+#: (:meth:`Dispatch.patch_in_slices`), the event loop serving other connections in between.
+PATCH_LATER_MIN = 262144
+
+
 @dataclass(frozen=True, slots=True)
 class PatchLater:
     """A response too large to patch in one piece: :meth:`Dispatch.patch_in_slices` it."""
@@ -307,6 +318,90 @@ class AclFilter:
         return changed if changed != request else None
 
 
+# -- response filters -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """One broker answer as the response filters see it."""
+
+    #: The header of the request it answers.
+    header: RequestHeader
+    #: The version of the response header.
+    header_version: int
+    #: The whole frame, size prefix included (a filter that changes it makes a new one).
+    frame: bytes | memoryview
+    #: The request's ACL patch, if the ACLs narrowed it.
+    patch: Patch | None = None
+
+    @property
+    def body(self) -> memoryview:
+        """The frame after its size: the response header, then the body."""
+        return memoryview(self.frame)[4:]
+
+
+class ResponseFilter(Protocol):
+    """One link of the response chain: ``None`` to pass, a changed :class:`Response`, a
+    :class:`PatchLater` (finish in slices), or :class:`Close`."""
+
+    @property
+    def api_keys(self) -> frozenset[int] | None:
+        """The API keys whose answers the filter sees (``None``: every answer)."""
+        ...
+
+    def on_response(self, response: Response) -> Response | PatchLater | Close | None:
+        """See the class docstring."""
+        ...
+
+
+class AddressRewrite:
+    """Broker addresses in the answers that can name brokers, rewritten to the sidecars'
+    (:mod:`proxy.datapath.rewrite`: spliced where one array names them)."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+        self.api_keys = frozenset(SITES)
+
+    def on_response(self, response: Response) -> Response | Close | None:
+        """The answer rewritten, ``None`` when it names no broker, or :class:`Close` when it
+        cannot be read (passing it on could leak a broker's address)."""
+        header = response.header
+        try:
+            rewritten = self._router.rewrite_response(header, response.header_version, response.body)
+        except ProtocolError as exc:
+            return Close("bad_response", f"api key {header.api_key} response: {exc}")
+        return None if rewritten is None else dataclasses.replace(response, frame=rewritten)
+
+
+class AclPatch:
+    """The ACL patch of a narrowed request applied to its answer (refused entries added,
+    listings filtered); an answer of :data:`PATCH_LATER_MIN` bytes or more is left to
+    :meth:`Dispatch.patch_in_slices`."""
+
+    api_keys = None
+
+    def __init__(self, authorization: Authorization) -> None:
+        self._authorization = authorization
+
+    def on_response(self, response: Response) -> Response | PatchLater | Close | None:
+        """See the class docstring."""
+        patch = response.patch
+        if patch is None:
+            return None
+        data = response.frame
+        if len(data) >= PATCH_LATER_MIN:
+            return PatchLater(bytes(data))
+        header = response.header
+        body = memoryview(data)[4:]
+        try:
+            head_size = response_header_size(body, response.header_version)
+            patched = self._authorization.patched(patch, header.api_key, header.api_version, body[head_size:])
+        except ProtocolError as exc:
+            return Close("bad_response", f"api key {header.api_key} response: {exc}")
+        framed = size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
+        return dataclasses.replace(response, frame=framed)
+
+
 # -- the chain ------------------------------------------------------------------------------
 
 
@@ -337,6 +432,10 @@ class Dispatch:
         #: The whole chain, in order.
         self.filters: tuple[RequestFilter, ...] = (*builtin, *filters)
         self._by_key: dict[int, tuple[RequestFilter, ...]] = {}
+        #: The response filters, in order: broker addresses first, then the ACL patch.
+        self.response_filters: tuple[ResponseFilter, ...] = (
+            AddressRewrite(router), *((AclPatch(authorization),) if authorization is not None else ()))
+        self._responses_by_key: dict[int, tuple[ResponseFilter, ...]] = {}
 
     def chain(self, api_key: int) -> tuple[RequestFilter, ...]:
         """The filters that see requests of ``api_key``, in order (built once per key)."""
@@ -471,36 +570,25 @@ class Dispatch:
             return None
         return self.router.streaming(header)
 
-    def response(self, header: RequestHeader, header_version: int, frame: memoryview, patch: Patch | None,
-                 *, patch_later_min: int | None = None) -> bytes | memoryview | PatchLater | Close:
-        """The answer the client gets for the broker's ``frame`` (size prefix included):
-        broker addresses rewritten, then the ACL patch applied; one of at least
-        ``patch_later_min`` bytes with a patch is left to :meth:`patch_in_slices`."""
-        body = frame[4:]
-        data: bytes | memoryview = frame
-        try:
-            rewritten = self.router.rewrite_response(header, header_version, body)
-        except ProtocolError as exc:  # passing on a response we cannot read could leak a broker
-            return Close("bad_response", f"api key {header.api_key} response: {exc}")
-        if rewritten is not None:
-            data = rewritten
-        if patch is None:
-            return data
-        if patch_later_min is not None and len(data) >= patch_later_min:
-            return PatchLater(bytes(data))
-        return self._patched(patch, header, header_version, data)
-
-    def _patched(self, patch: Patch, header: RequestHeader, header_version: int,
-                 data: bytes | memoryview) -> bytes | Close:
-        authorization = self.authorization
-        assert authorization is not None
-        body = memoryview(data)[4:]
-        try:
-            head_size = response_header_size(body, header_version)
-            patched = authorization.patched(patch, header.api_key, header.api_version, body[head_size:])
-        except ProtocolError as exc:
-            return Close("bad_response", f"api key {header.api_key} response: {exc}")
-        return size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
+    def response(self, header: RequestHeader, header_version: int, frame: memoryview,
+                 patch: Patch | None) -> bytes | memoryview | PatchLater | Close:
+        """The answer the client gets for the broker's ``frame`` (size prefix included): the
+        response filters that want ``header``'s API key, in order (broker addresses
+        rewritten, then the ACL patch applied; a large patch is left to
+        :meth:`patch_in_slices`)."""
+        response = Response(header=header, header_version=header_version, frame=frame, patch=patch)
+        chain = self._responses_by_key.get(header.api_key)
+        if chain is None:
+            chain = self._responses_by_key[header.api_key] = tuple(
+                f for f in self.response_filters if f.api_keys is None or header.api_key in f.api_keys)
+        for link in chain:
+            outcome = link.on_response(response)
+            if outcome is None:
+                continue
+            if not isinstance(outcome, Response):
+                return outcome
+            response = outcome
+        return response.frame
 
     async def patch_in_slices(self, patch: Patch, header: RequestHeader, header_version: int,
                               data: bytes) -> bytes | Close:

@@ -266,7 +266,7 @@ async def through_a_connection(body: bytes, requests: int) -> tuple[list[bytes],
 async def test_a_connection_forwards_large_narrowed_answers_in_order(autojump_clock: Any) -> None:
     """Two full Metadata answers of 1,000 topics (each over PATCH_LATER_MIN) go through a
     connection enforcing ACLs: each narrowed to alice's half, in request order."""
-    from proxy.datapath.broker_link import PATCH_LATER_MIN
+    from proxy.datapath.dispatch import PATCH_LATER_MIN
 
     body = encode(METADATA.response, 12, big_metadata(1000, 10))
     assert len(body) >= PATCH_LATER_MIN
