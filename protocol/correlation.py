@@ -79,6 +79,8 @@ class CorrelationTracker:
         self.registry = registry
         self._pending: deque[InFlight] = deque()
         self._sasl_rounds: int | None = 0  # None: until a frame reads as a Kafka request
+        #: The mechanism of the exchange under way (after a v0 handshake), upper case.
+        self._sasl_mechanism: str | None = None
 
     def __len__(self) -> int:
         """Requests (and tokens) still waiting for their response."""
@@ -135,6 +137,11 @@ class CorrelationTracker:
         if head.kind is FrameKind.SASL_TOKEN:
             if self._sasl_rounds is not None and self._sasl_rounds > 0:
                 self._sasl_rounds -= 1
+                if self._sasl_mechanism == "OAUTHBEARER" and len(frame) > 0:
+                    # Not the empty final answer but an error challenge (RFC 7628 3.2.2):
+                    # the client answers it with 0x01, once, before the server fails it.
+                    self._sasl_mechanism = None
+                    self._sasl_rounds += 1
         elif head.sasl_mechanism is not None:
             self._enter_sasl_if_accepted(head, frame)
         return head
@@ -149,7 +156,8 @@ class CorrelationTracker:
             return  # not our business to fail it: the client will read the same bytes
         if body["ErrorCode"] == 0:
             assert head.sasl_mechanism is not None
-            self._sasl_rounds = SASL_ROUNDS.get(head.sasl_mechanism.upper())
+            self._sasl_mechanism = head.sasl_mechanism.upper()
+            self._sasl_rounds = SASL_ROUNDS.get(self._sasl_mechanism)
 
     def _looks_like_request(self, frame: bytes | bytearray | memoryview) -> bool:
         if self._sasl_rounds is not None:

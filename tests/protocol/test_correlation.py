@@ -132,9 +132,25 @@ def test_sasl_v0_raw_tokens_for_known_mechanisms(mechanism: str, rounds: int) ->
             None,
             None,
         )
-        assert tracker.on_response(b"server token, no header") is token
+        # OAUTHBEARER's server answers success with an empty token (RFC 7628).
+        answer = b"" if mechanism == "OAUTHBEARER" else b"server token, no header"
+        assert tracker.on_response(answer) is token
     assert not tracker.in_sasl_exchange
     assert send(tracker, metadata(2)).kind is FrameKind.REQUEST
+
+
+def test_sasl_v0_oauthbearer_error_challenge_takes_one_more_client_token() -> None:
+    """A refused OAUTHBEARER token is answered with the error JSON; the client's 0x01 that
+    follows is still a token (and the server's failure after it ends the exchange)."""
+    tracker = CorrelationTracker()
+    send(tracker, handshake(1, "OAUTHBEARER"))
+    tracker.on_response(handshake_response(1))
+    send(tracker, b"n,,\x01auth=Bearer x\x01\x01")
+    tracker.on_response(b'{"status":"invalid_token"}')
+    assert tracker.in_sasl_exchange
+    assert send(tracker, b"\x01").kind is FrameKind.SASL_TOKEN
+    tracker.on_response(b"another challenge, not answered again")
+    assert not tracker.in_sasl_exchange
 
 
 def test_sasl_v0_gssapi_tokens_until_a_request_appears() -> None:
