@@ -17,6 +17,7 @@ import argparse
 import logging
 import os
 import re
+import ssl
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -191,6 +192,21 @@ def _bool(key: str, value: str) -> bool:
 
 def _str(key: str, value: str) -> str:
     return value.strip()
+
+
+def _pem_only(key: str, value: str) -> str:
+    """Kafka's store types: only PEM is read here; JKS and PKCS12 are refused with the way out."""
+    v = value.strip().upper() or "PEM"
+    if v == "PEM":
+        return v
+    if v in ("JKS", "PKCS12"):
+        raise ConfigError(
+            f"{key}={value.strip()}: only PEM stores are read (convert: `keytool -importkeystore "
+            f"-srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12`, then `openssl "
+            f"pkcs12 -in store.p12 -out store.pem` for the keystore, `openssl pkcs12 -in store.p12 "
+            f"-nokeys -out ca.pem` for the truststore; docs/operations.md)"
+        )
+    raise ConfigError(f"{key}={value!r}: must be PEM")
 
 
 def _regex(key: str, value: str) -> str:
@@ -386,6 +402,33 @@ KEYS: tuple[Key, ...] = (
     Key("zookeeper.digest.password", "password", "",
         "Password of `zookeeper.digest.username` (never logged; `${ENV}` substitution or "
         "`KSIDECAR_ZOOKEEPER_DIGEST_PASSWORD` keep it out of the file).", _str),
+    Key("zookeeper.ssl.client.enable", "bool", "false",
+        "Connect to ZooKeeper over TLS (Kafka's key; the servers' `secureClientPort`). The "
+        "sidecar and the CLIs' `--zk-config-file` read the `zookeeper.ssl.*` keys below only "
+        "when this is true.", _bool, "true|false"),
+    Key("zookeeper.ssl.keystore.location", "path", "",
+        "Client certificate for ZooKeeper's TLS: one PEM file holding the private key (PKCS#8 "
+        "or traditional, optionally encrypted) and the certificate chain, as Kafka and "
+        "ZooKeeper read with type PEM. Empty: no client certificate (the digest identity "
+        "still authenticates).", _str),
+    Key("zookeeper.ssl.keystore.password", "password", "",
+        "Password of the keystore's private key if encrypted (never logged; "
+        "`KSIDECAR_ZOOKEEPER_SSL_KEYSTORE_PASSWORD` keeps it out of the file).", _str),
+    Key("zookeeper.ssl.keystore.type", "enum", "PEM",
+        "Only PEM: JKS and PKCS12 stores (Kafka's other types) are refused with the command that "
+        "converts them (docs/operations.md).", _pem_only, "PEM"),
+    Key("zookeeper.ssl.truststore.location", "path", "",
+        "PEM CA bundle that verifies the ZooKeeper servers' certificates. Empty: the system's CAs.",
+        _str),
+    Key("zookeeper.ssl.truststore.password", "password", "",
+        "Accepted for configurations carried over from Kafka, and unused: a PEM truststore has "
+        "no password (ZooKeeper's PEM reader ignores it too).", _str),
+    Key("zookeeper.ssl.truststore.type", "enum", "PEM",
+        "Only PEM, as `zookeeper.ssl.keystore.type`.", _pem_only, "PEM"),
+    Key("zookeeper.ssl.endpoint.identification.enable", "bool", "true",
+        "Check that the ZooKeeper server's certificate names the host of the connect string "
+        "(an IP address needs an IP SAN), Kafka's default. The certificate chain is always "
+        "verified.", _bool, "true|false"),
     Key("socket.request.max.bytes", "int", "104857600",
         "Largest request frame accepted from a client; a larger one closes the connection.",
         _int(1), ">= 1"),
@@ -877,7 +920,8 @@ def _cross_check(values: dict[str, Any]) -> None:
 
 def check_zookeeper_identity(values: Mapping[str, Any]) -> None:
     """``zookeeper.set.acl`` needs an identity to own the znodes; a digest user name cannot
-    hold ``:`` and needs a password. (Also used by the CLIs' ``--zk-config-file``.)"""
+    hold ``:`` and needs a password; the TLS stores must load (:func:`check_zookeeper_tls`).
+    (Also used by the CLIs' ``--zk-config-file``.)"""
     username: str = values["zookeeper.digest.username"]
     if ":" in username:
         raise ConfigError(f"zookeeper.digest.username={username!r}: cannot contain ':'")
@@ -888,6 +932,40 @@ def check_zookeeper_identity(values: Mapping[str, Any]) -> None:
             "zookeeper.set.acl=true needs the sidecars' ZooKeeper identity: set "
             "zookeeper.digest.username and zookeeper.digest.password"
         )
+    check_zookeeper_tls(values)
+
+
+def check_zookeeper_tls(values: Mapping[str, Any]) -> None:
+    """With ``zookeeper.ssl.client.enable``, the PEM stores named must load (the keystore
+    with its password), so a wrong file or password stops the start with exit 2, not a
+    session that never connects. The password is never part of the message."""
+    if not values["zookeeper.ssl.client.enable"]:
+        return
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    keystore: str = values["zookeeper.ssl.keystore.location"]
+    truststore: str = values["zookeeper.ssl.truststore.location"]
+    if keystore:
+        try:
+            # Never None: OpenSSL would prompt on the terminal for an encrypted key.
+            context.load_cert_chain(keystore, keystore, password=str(values["zookeeper.ssl.keystore.password"]))
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise ConfigError(
+                f"zookeeper.ssl.keystore.location={keystore!r}: cannot load a private key and its "
+                f"certificate from it ({reason}; one PEM file with both, and "
+                "zookeeper.ssl.keystore.password if the key is encrypted)"
+            ) from None
+    elif values["zookeeper.ssl.keystore.password"]:
+        raise ConfigError("zookeeper.ssl.keystore.password is set but zookeeper.ssl.keystore.location is empty")
+    if truststore:
+        try:
+            context.load_verify_locations(cafile=truststore)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise ConfigError(
+                f"zookeeper.ssl.truststore.location={truststore!r}: cannot read CA certificates "
+                f"from it ({reason}; a PEM bundle)"
+            ) from None
 
 
 def observer_entries(config: SidecarConfig) -> dict[str, str]:

@@ -76,7 +76,8 @@ class ZooKeeper:
     def __init__(self, connect: str, session_timeout: float, security: ZkSecurity | None = None) -> None:
         self.connect = connect
         self.session_timeout = session_timeout
-        #: The identity and ACL choice (``zookeeper.set.acl``, ``zookeeper.digest.*``).
+        #: The identity, ACL choice and TLS (``zookeeper.set.acl``, ``zookeeper.digest.*``,
+        #: ``zookeeper.ssl.*``).
         self.security = security or ZkSecurity()
         self.client = make_client(connect, session_timeout, self.security)
         self._token: trio.lowlevel.TrioToken | None = None
@@ -100,9 +101,8 @@ class ZooKeeper:
             deliver(state)  # returns None: a kazoo state listener that returns True is removed
 
         self.client.add_listener(listener)
-        if self.security.username:
-            log.info("ZooKeeper: authenticated as digest user %r; zookeeper.set.acl=%s",
-                     self.security.username, str(self.security.set_acl).lower())
+        if self.security.username or self.security.tls is not None:
+            log.info("ZooKeeper session: %s", self.security.describe())
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking kazoo call in a worker thread."""

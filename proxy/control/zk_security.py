@@ -86,21 +86,66 @@ def acls_for(path: str) -> list[ACL]:
 
 
 @dataclass(frozen=True)
+class ZkTlsClient:
+    """TLS to ZooKeeper (``zookeeper.ssl.*``): PEM files, as Kafka's keys with type PEM."""
+
+    #: One PEM file with the client's private key and certificate chain; empty: no client certificate.
+    keystore: str = ""
+    keystore_password: str = field(default="", repr=False)
+    #: The CA bundle verifying the servers; empty: the system's CAs.
+    truststore: str = ""
+    #: ``zookeeper.ssl.endpoint.identification.enable``: the certificate must name the host.
+    check_hostname: bool = True
+
+    def kazoo_kwargs(self) -> dict[str, Any]:
+        """kazoo's TLS arguments. The chain is always verified (``verify_certs``); kazoo
+        loads a client certificate only when given both ``certfile`` and ``keyfile``: the
+        same combined file."""
+        kwargs: dict[str, Any] = {"use_ssl": True, "verify_certs": True, "check_hostname": self.check_hostname}
+        if self.truststore:
+            kwargs["ca"] = self.truststore
+        if self.keystore:
+            # "" rather than None for an unencrypted key: with None, OpenSSL would prompt on
+            # the terminal for an encrypted one.
+            kwargs.update(certfile=self.keystore, keyfile=self.keystore, keyfile_password=self.keystore_password)
+        return kwargs
+
+
+@dataclass(frozen=True)
 class ZkSecurity:
-    """The sidecar's ZooKeeper identity and whether it sets ACLs (never logs the password)."""
+    """The sidecar's ZooKeeper identity, whether it sets ACLs, and TLS to ZooKeeper (never
+    logs a password)."""
 
     set_acl: bool = False
     username: str = ""
     password: str = field(default="", repr=False)
+    #: TLS to ZooKeeper (``zookeeper.ssl.client.enable``), or None for plain TCP.
+    tls: ZkTlsClient | None = None
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> ZkSecurity:
-        """From validated configuration values (``zookeeper.set.acl``, ``zookeeper.digest.*``)."""
+        """From validated configuration values (``zookeeper.set.acl``, ``zookeeper.digest.*``,
+        ``zookeeper.ssl.*``)."""
+        tls = None
+        if values.get("zookeeper.ssl.client.enable"):
+            tls = ZkTlsClient(
+                keystore=str(values["zookeeper.ssl.keystore.location"]),
+                keystore_password=str(values["zookeeper.ssl.keystore.password"]),
+                truststore=str(values["zookeeper.ssl.truststore.location"]),
+                check_hostname=bool(values["zookeeper.ssl.endpoint.identification.enable"]),
+            )
         return cls(
             set_acl=bool(values["zookeeper.set.acl"]),
             username=str(values["zookeeper.digest.username"]),
             password=str(values["zookeeper.digest.password"]),
+            tls=tls,
         )
+
+    def describe(self) -> str:
+        """What the log may say about this: the user, the ACL choice, TLS (no secret)."""
+        who = f"digest user {self.username!r}" if self.username else "no identity"
+        tls = "off" if self.tls is None else "on" + (" with a client certificate" if self.tls.keystore else "")
+        return f"{who}; zookeeper.set.acl={str(self.set_acl).lower()}; TLS {tls}"
 
     @property
     def auth_data(self) -> list[tuple[str, str]]:
@@ -108,10 +153,11 @@ class ZkSecurity:
         return [("digest", f"{self.username}:{self.password}")] if self.username else []
 
     def client(self, hosts: str, **kwargs: Any) -> KazooClient:
-        """A kazoo client that authenticates as this identity and, with ``set_acl``, creates
-        every znode with :func:`acls_for` its path."""
+        """A kazoo client that authenticates as this identity (over TLS when configured)
+        and, with ``set_acl``, creates every znode with :func:`acls_for` its path."""
         kind = SecureKazooClient if self.set_acl else KazooClient
-        return kind(hosts=hosts, auth_data=self.auth_data or None, **kwargs)
+        tls = self.tls.kazoo_kwargs() if self.tls is not None else {}
+        return kind(hosts=hosts, auth_data=self.auth_data or None, **tls, **kwargs)
 
 
 class _PerPath(list[ACL]):
@@ -198,7 +244,12 @@ def _walk(client: KazooClient, roots: list[str]) -> Iterator[str]:
 
 def _same(current: list[ACL], wanted: list[ACL], client: KazooClient) -> bool:
     # ZooKeeper stores CREATOR_ALL as the session's own ids (digest:user:hash): compare with
-    # what it becomes, not with the request.
+    # what it becomes, not with the request. Over TLS with a client certificate the session
+    # also holds an ``x509`` id (the certificate's subject), which ZooKeeper adds to
+    # CREATOR_ALL too; sidecars may present different certificates, so such entries are
+    # not compared (the digest entry is what every sidecar and CLI shares).
+    if any(a.id.scheme == "auth" for a in wanted):
+        current = [a for a in current if a.id.scheme != "x509"]
     expected: set[tuple[int, str, str]] = set()
     for a in wanted:
         if a.id.scheme != "auth":

@@ -10,16 +10,17 @@ and ACLs), like Kafka's ``zookeeper-security-migration.sh --zookeeper.acl=secure
 walked; without, the sidecar's and Kafka's top-level nodes (never ``/zookeeper``).
 
 ``--zk-config-file`` (also on ``ksidecar users``) names a properties file, the sidecar's own
-will do: of it only ``zookeeper.set.acl``, ``zookeeper.digest.username`` and
-``zookeeper.digest.password`` are read (as Kafka's tools read only the ``zookeeper.*`` keys of
-``--zk-tls-config-file``); ``KSIDECAR_ZOOKEEPER_*`` environment variables override them, as
-for ``ksidecar run``.
+will do: of it only ``zookeeper.set.acl``, ``zookeeper.digest.username``,
+``zookeeper.digest.password`` and the ``zookeeper.ssl.*`` keys (TLS to ZooKeeper) are read
+(as Kafka's tools read only the ``zookeeper.*`` keys of ``--zk-tls-config-file``);
+``KSIDECAR_ZOOKEEPER_*`` environment variables override them, as for ``ksidecar run``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 from typing import Any
 
@@ -33,14 +34,19 @@ from proxy.control.zk_security import ZkSecurity, secure_tree
 
 TIMEOUT = 10.0
 #: The keys ``--zk-config-file`` reads.
-IDENTITY_KEYS = ("zookeeper.set.acl", "zookeeper.digest.username", "zookeeper.digest.password")
+IDENTITY_KEYS = (
+    "zookeeper.set.acl", "zookeeper.digest.username", "zookeeper.digest.password",
+    "zookeeper.ssl.client.enable", "zookeeper.ssl.keystore.location", "zookeeper.ssl.keystore.password",
+    "zookeeper.ssl.keystore.type", "zookeeper.ssl.truststore.location", "zookeeper.ssl.truststore.password",
+    "zookeeper.ssl.truststore.type", "zookeeper.ssl.endpoint.identification.enable",
+)
 
 
 def add_zk_config_argument(parser: argparse.ArgumentParser) -> None:
     """``--zk-config-file FILE``: the ZooKeeper identity, from the sidecar's keys."""
     parser.add_argument("--zk-config-file", metavar="FILE",
-                        help="properties with zookeeper.set.acl, zookeeper.digest.username and "
-                             "zookeeper.digest.password (the sidecar's file will do)")
+                        help="properties with zookeeper.set.acl, zookeeper.digest.username, "
+                             "zookeeper.digest.password and zookeeper.ssl.* (the sidecar's file will do)")
 
 
 def security_from_file(path: str | None, environ: dict[str, str] | None = None) -> ZkSecurity:
@@ -83,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     client = security.client(args.zookeeper, timeout=TIMEOUT)
     try:
         client.start(timeout=TIMEOUT)
-    except KazooTimeoutError as exc:
+    except (KazooTimeoutError, ssl.SSLError) as exc:
         print(f"ksidecar zookeeper: {args.zookeeper}: {exc}", file=sys.stderr)
         return 1
     try:

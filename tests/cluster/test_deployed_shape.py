@@ -7,6 +7,12 @@ broker i, the embedded coordinator, ACLs), a three-server ZooKeeper ensemble, an
 clients (confluent-kafka, kafka-python, aiokafka). Module fixtures start it all once; the
 tests use it in file order, and the ones that take a part down put it back.
 
+The fleet runs as a secured one does (issue 35): every sidecar talks to the ensemble over
+TLS only (the servers' ``secureClientPort``, certificates made by the rig, a client
+certificate), authenticates with the fleet's digest identity and creates with
+``zookeeper.set.acl=true``; the sidecars create their chroot themselves.
+:func:`test_the_fleet_tree_is_secured_and_written_over_tls` checks that from outside.
+
 Every sidecar keeps each answer that can name a broker, as the client got it
 (tests/cluster/capture.py); the last test reads them all with kafka-python and finds no
 broker address in any. The ``single`` variants run the tests Tansu can play: one broker
@@ -37,10 +43,13 @@ from typing import Any
 import pytest
 from kafka.protocol.metadata import MetadataResponse
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import Permissions
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.placement import owner
 from proxy.tools.admin_client import AdminClient
+from proxy.tools.cli import main
 from proxy.tools.rig.mockcluster import MockCluster, start_mock_cluster
 from proxy.tools.rig.ports import free_port
 from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
@@ -59,6 +68,8 @@ ZK_SESSION_MS = 4000
 #: The principal an operator uses on loopback for UpdateFeatures (a super user on sidecar 3
 #: only: on 1 and 2 the ACLs apply to anonymous clients).
 ANONYMOUS = "User:ANONYMOUS"
+#: The fleet's ZooKeeper identity (zookeeper.digest.*).
+ZK_USER, ZK_PASSWORD = "fleet", "fleet-zk-secret"
 
 
 @dataclass
@@ -77,8 +88,12 @@ class Shape:
         keys = {
             "broker.id": str(node),
             "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]}",
-            "zookeeper.connect": self.zookeeper.connect_string(self.chroot),
+            "zookeeper.connect": self.zookeeper.secure_connect_string(self.chroot),
             "zookeeper.session.timeout.ms": str(ZK_SESSION_MS),
+            **self.zookeeper_tls_keys(),
+            "zookeeper.set.acl": "true",
+            "zookeeper.digest.username": ZK_USER,
+            "zookeeper.digest.password": ZK_PASSWORD,
             "sidecar.coordinator": "embedded",
             "group.initial.rebalance.delay.ms": "200",
             "group.min.session.timeout.ms": "1000",
@@ -92,6 +107,10 @@ class Shape:
         if node == 3:
             keys["super.users"] = ANONYMOUS
         return keys
+
+    def zookeeper_tls_keys(self) -> dict[str, str]:
+        assert self.zookeeper.tls is not None
+        return self.zookeeper.tls.client_keys()
 
     def start(self, node: int) -> SidecarServer:
         server = start_sidecar(self.work, self.upstreams[node], name=f"ksidecar-{node}", keys=self.keys(node))
@@ -111,21 +130,14 @@ class Shape:
 
 
 def new_chroot(zookeeper: ZooKeeperEnsemble, name: str) -> str:
-    chroot = f"/{name}-{uuid.uuid4().hex[:8]}"
-    client = KazooClient(hosts=zookeeper.connect, timeout=10.0)
-    client.start(timeout=10.0)
-    try:
-        client.ensure_path(chroot)
-    finally:
-        client.stop()
-        client.close()
-    return chroot
+    """A fresh chroot name; the first sidecar creates it, owned by the fleet's identity."""
+    return f"/{name}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="module")
 def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
-    """Three ZooKeeper servers, as a fleet of sidecars runs against."""
-    running = start_ensemble(tmp_path_factory.mktemp("ensemble"))
+    """Three ZooKeeper servers, as a fleet of sidecars runs against, serving TLS too."""
+    running = start_ensemble(tmp_path_factory.mktemp("ensemble"), tls=True)
     try:
         yield running
     finally:
@@ -283,6 +295,40 @@ def test_every_sidecar_forwards_its_own_brokers_partitions(cluster: Shape) -> No
         after = {n: forwarded(s, "Produce") for n, s in cluster.sidecars.items()}
         moved = {n for n in IDS if after[n] > before[n]}
         assert moved == {leader}, (partition, before, after)
+
+
+def test_the_fleet_tree_is_secured_and_written_over_tls(cluster: Shape, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the sidecars created is owned by the fleet's digest identity and by the client
+    certificate their TLS sessions presented (ZooKeeper adds the session's x509 id), readable
+    by anyone only where Kafka leaves it readable; a client without credentials on the
+    ensemble's plain port can write nothing nor read the ACLs. ``ksidecar zookeeper secure``,
+    over TLS with the sidecars' keys, finds every node already secured."""
+    assert cluster.zookeeper.tls is not None
+    root = cluster.chroot
+    outsider = KazooClient(hosts=cluster.zookeeper.connect, timeout=10.0)
+    outsider.start(timeout=10.0)
+    try:
+        acls, _ = outsider.get_acls(f"{root}/brokers/ids/1")
+        entries = {(a.id.scheme, a.perms) for a in acls}
+        assert entries == {("digest", Permissions.ALL), ("x509", Permissions.ALL), ("world", Permissions.READ)}
+        # ZooKeeper shows a digest entry's hash to its owner only ("fleet:x" to others).
+        assert [a.id.id.partition(":")[0] for a in acls if a.id.scheme == "digest"] == [ZK_USER]
+        assert next(a.id.id for a in acls if a.id.scheme == "x509").startswith("CN=ksidecar-client,")
+        with pytest.raises(NoAuthError):
+            outsider.create(f"{root}/brokers/ids/99", b"{}")
+        with pytest.raises(NoAuthError):
+            outsider.set(root, b"")
+        with pytest.raises(NoAuthError):
+            outsider.get_children(f"{root}/kafka-acl")
+    finally:
+        outsider.stop()
+        outsider.close()
+    zk_config = cluster.work / "zk-client.properties"
+    zk_config.write_text("".join(f"{k}={v}\n" for k, v in cluster.keys(1).items() if k.startswith("zookeeper.")))
+    connect = cluster.zookeeper.secure_connect_string(root)
+    capsys.readouterr()
+    assert main(["zookeeper", "--zookeeper", connect, "--zk-config-file", str(zk_config), "secure"]) == 0
+    assert capsys.readouterr().out.startswith("0 znode(s) secured, ")
 
 
 @pytest.mark.parametrize("shape_name", ["cluster", "single"])

@@ -12,6 +12,13 @@ already answers while `srvr` still says "not currently serving requests".
 `start_ensemble` runs three servers (`QuorumPeerMain`, each with its own data dir, `myid`
 and peer/election ports) as one quorum, the way production runs ZooKeeper; a server can be
 killed and brought back while clients carry on.
+
+With ``tls=True`` (both) each server also serves TLS on a ``secureClientPort`` of loopback
+(Netty's ``NettyServerCnxnFactory``, whose jars the wheel ships), with certificates made on
+the fly by trustme (:class:`ZkTls`: a throwaway CA, a server certificate for 127.0.0.1 and
+``localhost``, a client certificate), read by ZooKeeper as PEM key and trust stores
+(``ssl.keyStore.type=PEM``). The plain port stays open for the readiness probes (four-letter
+words) and for set-up clients. Without ``tls`` nothing of this is made.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import shutil
 import signal
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.tools.rig.errors import ComponentNotFoundError, ComponentStartError
@@ -61,6 +69,72 @@ _JVM_OPTS = (
     "-Djava.net.preferIPv4Stack=true",
     "-Dzookeeper.jmx.log4j.disable=true",
 )
+
+
+# Appended to zoo.cfg with ``tls``: TLS clients on ``secureClientPort`` (Netty), which asks
+# for a client certificate (``want``: a client without one still connects, as the digest
+# identity suffices) and verifies it against the CA.
+_TLS_CFG = """\
+secureClientPort={secure_port}
+secureClientPortAddress={host}
+serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
+ssl.keyStore.location={keystore}
+ssl.keyStore.type=PEM
+ssl.trustStore.location={truststore}
+ssl.trustStore.type=PEM
+ssl.clientAuth=want
+"""
+
+
+@dataclass(frozen=True)
+class ZkTls:
+    """PEM files for TLS to the rig's ZooKeeper: the CA (ZooKeeper's and the clients'
+    truststore), the server's keystore (key and chain in one file, as ZooKeeper's PEM
+    keystore wants) and a client keystore of the same shape."""
+
+    ca: Path
+    server_keystore: Path
+    client_keystore: Path
+
+    @classmethod
+    def make(cls, directory: Path) -> ZkTls:
+        """A throwaway CA and its certificates (server: 127.0.0.1 and ``localhost``), in
+        ``directory``."""
+        import trustme  # only with tls: the default start imports and makes nothing
+
+        directory.mkdir(parents=True, exist_ok=True)
+        ca = trustme.CA()
+        server = ca.issue_cert("127.0.0.1", "localhost")
+        client = ca.issue_cert("ksidecar-client@example.org", common_name="ksidecar-client")
+        tls = cls(directory / "zk-ca.pem", directory / "zk-server.pem", directory / "zk-client.pem")
+        ca.cert_pem.write_to_path(str(tls.ca))
+        for leaf, path in ((server, tls.server_keystore), (client, tls.client_keystore)):
+            path.write_bytes(_pkcs8(leaf.private_key_pem.bytes())
+                             + b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+        return tls
+
+    def config(self, secure_port: int, host: str) -> str:
+        """The zoo.cfg lines serving TLS on ``secure_port``."""
+        return _TLS_CFG.format(secure_port=secure_port, host=host, keystore=self.server_keystore,
+                               truststore=self.ca)
+
+    def client_keys(self) -> dict[str, str]:
+        """The sidecar's (and the CLIs') ``zookeeper.ssl.*`` keys for this server."""
+        return {
+            "zookeeper.ssl.client.enable": "true",
+            "zookeeper.ssl.truststore.location": str(self.ca),
+            "zookeeper.ssl.keystore.location": str(self.client_keystore),
+        }
+
+
+def _pkcs8(key_pem: bytes) -> bytes:
+    # ZooKeeper's PEM reader takes PKCS#8 keys only ("BEGIN PRIVATE KEY"); trustme writes
+    # the traditional form.
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
 
 
 def find_java() -> Path:
@@ -113,9 +187,20 @@ def is_serving(host: str, port: int) -> bool:
 class ZooKeeperServer(Service):
     """A running standalone ZooKeeper."""
 
-    def __init__(self, process: ManagedProcess, host: str, port: int, data_dir: Path) -> None:
+    def __init__(self, process: ManagedProcess, host: str, port: int, data_dir: Path,
+                 tls: ZkTls | None = None, secure_port: int | None = None) -> None:
         super().__init__(process, host, port)
         self.data_dir = data_dir
+        #: The certificates, when started with ``tls``.
+        self.tls = tls
+        #: The TLS client port, when started with ``tls``.
+        self.secure_port = secure_port
+
+    def secure_connect_string(self, chroot: str | None = None) -> str:
+        """The TLS port's connect string (``tls`` only), with ``chroot`` appended when given."""
+        if self.secure_port is None:
+            raise ValueError("this ZooKeeper was started without tls")
+        return _with_chroot(f"{self.host}:{self.secure_port}", chroot)
 
     @property
     def connect(self) -> str:
@@ -127,15 +212,19 @@ class ZooKeeperServer(Service):
 
         ZooKeeper clients do not create the chroot node: create it before using the string.
         """
-        if chroot is None or chroot == "/":
-            return self.address
-        if not chroot.startswith("/") or chroot.endswith("/"):
-            raise ValueError(f"chroot must start with '/' and not end with one: {chroot!r}")
-        return f"{self.address}{chroot}"
+        return _with_chroot(self.address, chroot)
 
     def four_letter_word(self, word: str) -> str:
         """Send a four-letter command to this server and return its answer."""
         return four_letter_word(self.host, self.port, word)
+
+
+def _with_chroot(connect: str, chroot: str | None) -> str:
+    if chroot is None or chroot == "/":
+        return connect
+    if not chroot.startswith("/") or chroot.endswith("/"):
+        raise ValueError(f"chroot must start with '/' and not end with one: {chroot!r}")
+    return f"{connect}{chroot}"
 
 
 def start_zookeeper(
@@ -145,10 +234,13 @@ def start_zookeeper(
     port: int | None = None,
     name: str = "zookeeper",
     start_timeout: float = 60.0,
+    tls: bool = False,
 ) -> ZooKeeperServer:
     """Start ZooKeeper with its config, data and `<name>.log` under `work_dir`.
 
-    With `port=None` a free port is picked. Returns once the server is serving requests.
+    With `port=None` a free port is picked. With `tls`, it also serves TLS on a free port
+    (:attr:`ZooKeeperServer.secure_port`, certificates in :attr:`ZooKeeperServer.tls`).
+    Returns once the server is serving requests.
     """
     java = find_java()
     jars = find_zookeeper_jars()
@@ -156,10 +248,15 @@ def start_zookeeper(
     data_dir.mkdir(parents=True, exist_ok=True)
     log4j = work_dir / f"{name}-log4j2.properties"
     log4j.write_text(_LOG4J2)
+    certificates = ZkTls.make(work_dir / f"{name}-tls") if tls else None
+    secure_port = free_port(host) if tls else None
 
     def build(chosen: int) -> ManagedProcess:
         config = work_dir / f"{name}.cfg"
-        config.write_text(_ZOO_CFG.format(port=chosen, host=host, data_dir=data_dir))
+        text = _ZOO_CFG.format(port=chosen, host=host, data_dir=data_dir)
+        if certificates is not None and secure_port is not None:
+            text += certificates.config(secure_port, host)
+        config.write_text(text)
         argv = [
             str(java),
             *_JVM_OPTS,
@@ -178,7 +275,7 @@ def start_zookeeper(
         )
 
     chosen, process = start_on_port(build, port, host=host)
-    return ZooKeeperServer(process, host, chosen, data_dir)
+    return ZooKeeperServer(process, host, chosen, data_dir, certificates, secure_port)
 
 
 # -- an ensemble -----------------------------------------------------------------------------
@@ -211,7 +308,8 @@ class ZooKeeperEnsemble:
     back one server (its data dir and ``myid`` are kept, so it rejoins the quorum).
     """
 
-    def __init__(self, work_dir: Path, host: str, size: int, start_timeout: float) -> None:
+    def __init__(self, work_dir: Path, host: str, size: int, start_timeout: float,
+                 tls: bool = False) -> None:
         self.work_dir = work_dir
         self.host = host
         self.start_timeout = start_timeout
@@ -220,6 +318,10 @@ class ZooKeeperEnsemble:
         self.client_ports = [free_port(host) for _ in range(size)]
         self.quorum_ports = [(free_port(host), free_port(host)) for _ in range(size)]
         self.processes: list[ManagedProcess | None] = [None] * size
+        #: The certificates when started with ``tls``; each server then also serves TLS on
+        #: its :attr:`secure_ports` entry.
+        self.tls = ZkTls.make(work_dir / "zk-tls") if tls else None
+        self.secure_ports = [free_port(host) for _ in range(size)] if tls else []
         self.log4j = work_dir / "zk-ensemble-log4j2.properties"
         self.log4j.write_text(_LOG4J2)
 
@@ -235,11 +337,18 @@ class ZooKeeperEnsemble:
 
     def connect_string(self, chroot: str | None = None) -> str:
         """The connect string with ``chroot`` appended when given."""
-        if chroot is None or chroot == "/":
-            return self.connect
-        if not chroot.startswith("/") or chroot.endswith("/"):
-            raise ValueError(f"chroot must start with '/' and not end with one: {chroot!r}")
-        return f"{self.connect}{chroot}"
+        return _with_chroot(self.connect, chroot)
+
+    @property
+    def secure_connect(self) -> str:
+        """Every server's TLS address (``tls`` only), ``h:s1,h:s2,h:s3``."""
+        if self.tls is None:
+            raise ValueError("this ensemble was started without tls")
+        return ",".join(f"{self.host}:{p}" for p in self.secure_ports)
+
+    def secure_connect_string(self, chroot: str | None = None) -> str:
+        """The TLS connect string (``tls`` only) with ``chroot`` appended when given."""
+        return _with_chroot(self.secure_connect, chroot)
 
     def _process(self, index: int) -> ManagedProcess:
         myid = index + 1
@@ -252,7 +361,8 @@ class ZooKeeperEnsemble:
         config = self.work_dir / f"{name}.cfg"
         config.write_text(
             _ZOO_CFG.format(port=self.client_ports[index], host=self.host, data_dir=data_dir)
-            + _ENSEMBLE_EXTRA.format(servers=servers))
+            + _ENSEMBLE_EXTRA.format(servers=servers)
+            + (self.tls.config(self.secure_ports[index], self.host) if self.tls else ""))
         port = self.client_ports[index]
         argv = [str(self.java), *_JVM_OPTS, f"-Dlog4j2.configurationFile={self.log4j}",
                 "-cp", f"{self.jars}/*", "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)]
@@ -307,11 +417,12 @@ class ZooKeeperEnsemble:
 
 
 def start_ensemble(work_dir: Path, *, size: int = 3, host: str = LOOPBACK,
-                   start_timeout: float = 60.0) -> ZooKeeperEnsemble:
+                   start_timeout: float = 60.0, tls: bool = False) -> ZooKeeperEnsemble:
     """Start a ``size``-server ZooKeeper ensemble under ``work_dir``; returns once every
-    server serves (a leader is elected and the followers have synced)."""
+    server serves (a leader is elected and the followers have synced). With ``tls`` each
+    server also serves TLS (:attr:`ZooKeeperEnsemble.secure_connect`)."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    ensemble = ZooKeeperEnsemble(work_dir, host, size, start_timeout)
+    ensemble = ZooKeeperEnsemble(work_dir, host, size, start_timeout, tls)
     try:
         for index in range(size):
             process = ensemble._process(index)
