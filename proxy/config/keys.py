@@ -1029,14 +1029,15 @@ def reference_markdown() -> str:
         "",
         "Open-ended keys: `tag.<name>=<value>` (user tags served by BrokerMetadata),",
         "`listener.name.<listener>.<key>` for " + ", ".join(f"`{k}`" for k in LISTENER_KEYS) + ",",
-        "and `observer.<key>` (handed to observers).",
+        "`observer.<key>` (handed to observers) and `filter.<key>` (handed to request filters).",
         "",
         "| key | type | default | allowed | meaning |",
         "|---|---|---|---|---|",
     ]
     for key in KEYS:
         default = "(required)" if key.default is None else (f"`{key.default}`" if key.default else "(empty)")
-        lines.append(f"| `{key.name}` | {key.kind} | {default} | {key.allowed or key.kind} | {key.doc} |")
+        allowed = (key.allowed or key.kind).replace("|", "\\|")  # a bare | would split the cell
+        lines.append(f"| `{key.name}` | {key.kind} | {default} | {allowed} | {key.doc.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"
 
 
