@@ -122,7 +122,8 @@ def test_prometheus_scrapes_a_live_sidecar(prometheus: str, deployed_sidecar: Si
     target = wait_for("scrape target up", target_up)
     assert target["labels"]["job"] == "ksidecar"
     assert target["scrapeUrl"] == f"http://{LOOPBACK}:{deployed_sidecar.metrics_port}/metrics"
-    up = prometheus_query(prometheus, 'up{job="ksidecar"}')
+    # The targets page says "up" as the scrape ends; the series can be queried a moment later.
+    up = wait_for("up{job=ksidecar} queryable", lambda: prometheus_query(prometheus, 'up{job="ksidecar"}') or None)
     assert [sample["value"][1] for sample in up] == ["1"]
 
     def rules_evaluated() -> list[dict[str, Any]] | None:
