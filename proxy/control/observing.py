@@ -23,9 +23,6 @@ from proxy.config import ConfigError, SidecarConfig, observer_entries
 #: Sidecar keys observers get as context.
 CONTEXT_KEYS = ("sidecar.broker.metadata.api.key",)
 
-#: How often a connection looks again for room in a blocking observer's queue.
-BLOCKED_POLL = 0.001
-
 
 def load_hub(
     config: SidecarConfig, apis: ApiRegistry, registry: CollectorRegistry, broker_id: int,

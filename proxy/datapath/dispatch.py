@@ -369,7 +369,7 @@ class AddressRewrite:
         try:
             rewritten = self._router.rewrite_response(header, response.header_version, response.body)
         except ProtocolError as exc:
-            return Close("bad_response", f"api key {header.api_key} response: {exc}")
+            return _unreadable(header, exc)
         return None if rewritten is None else dataclasses.replace(response, frame=rewritten)
 
 
@@ -392,14 +392,30 @@ class AclPatch:
         if len(data) >= PATCH_LATER_MIN:
             return PatchLater(bytes(data))
         header = response.header
-        body = memoryview(data)[4:]
         try:
-            head_size = response_header_size(body, response.header_version)
-            patched = self._authorization.patched(patch, header.api_key, header.api_version, body[head_size:])
+            head, body = _split(data, response.header_version)
+            patched = self._authorization.patched(patch, header.api_key, header.api_version, body)
         except ProtocolError as exc:
-            return Close("bad_response", f"api key {header.api_key} response: {exc}")
-        framed = size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
+            return _unreadable(header, exc)
+        framed = _framed(head, patched)
         return dataclasses.replace(response, frame=framed)
+
+
+def _split(frame: bytes | memoryview, header_version: int) -> tuple[memoryview, memoryview]:
+    """A response frame's header and body (raises what the header cannot be read for)."""
+    view = memoryview(frame)[4:]
+    head_size = response_header_size(view, header_version)
+    return view[:head_size], view[head_size:]
+
+
+def _framed(head: memoryview, body: bytes) -> bytes:
+    """A response frame of the broker's header and a new body."""
+    return size_prefix(len(head) + len(body)) + bytes(head) + body
+
+
+def _unreadable(header: RequestHeader, exc: ProtocolError) -> Close:
+    """An answer that cannot be read closes its connection: passing it on could leak a broker."""
+    return Close("bad_response", f"api key {header.api_key} response: {exc}")
 
 
 # -- the chain ------------------------------------------------------------------------------
@@ -596,11 +612,9 @@ class Dispatch:
         scheduler passes between them, so that other connections are served meanwhile."""
         authorization = self.authorization
         assert authorization is not None
-        body = memoryview(data)[4:]
         try:
-            head_size = response_header_size(body, header_version)
-            patched = await authorization.patched_in_slices(patch, header.api_key, header.api_version,
-                                                            body[head_size:])
+            head, body = _split(data, header_version)
+            patched = await authorization.patched_in_slices(patch, header.api_key, header.api_version, body)
         except ProtocolError as exc:
-            return Close("bad_response", f"api key {header.api_key} response: {exc}")
-        return size_prefix(head_size + len(patched)) + bytes(body[:head_size]) + patched
+            return _unreadable(header, exc)
+        return _framed(head, patched)
