@@ -540,6 +540,14 @@ KEYS: tuple[Key, ...] = (
     Key("sidecar.metrics.listener", "host:port", "127.0.0.1:9404",
         "Where /metrics, /healthz and /readyz are served. Empty: no HTTP endpoint.",
         _optional_hostport, "host:port or empty"),
+    Key("sidecar.workers", "int", "0",
+        "Worker processes serving client connections (docs/operations.md, \"Workers\"). 0: as "
+        "many as the CPUs this process may use (its affinity and cgroup CPU quota); 1: one "
+        "process serves everything. With more than one, a supervisor process binds the "
+        "listeners, admits connections under the KIP-612 quotas for the sidecar as a whole, "
+        "hands each to the least-loaded worker, and owns the coordinator, features and the "
+        "ACL, SCRAM and quota administration; /metrics sums every process.",
+        _int(0, 256), "0-256"),
     Key("sidecar.shutdown.drain.ms", "int", "10000",
         "On SIGTERM: stop accepting and reading, send the broker what was read, and wait up to "
         "this long for every answer owed; then close each connection without a reset. What "

@@ -114,8 +114,12 @@ class Registration:
         zk: ZooKeeper,
         registrant: Registrant,
         on_view: Callable[[dict[int, dict[str, HostPort]]], None],
+        *,
+        register: bool = True,
     ) -> None:
         self.zk = zk
+        #: False for a worker of a sidecar with several: its supervisor registers, it watches.
+        self.register = register
         self.registrant = registrant
         self._on_view = on_view
         self.bodies: dict[int, dict[str, Any]] = {}
@@ -139,13 +143,16 @@ class Registration:
         states = self.zk.states()
         try:
             await self.zk.call(self.zk.client.ensure_path, IDS_PATH)
-            await self._register()
+            if self.register:
+                await self._register()
+            else:
+                self.node_id = await self.registrant.wait_broker_id()
             self.zk.client.ChildrenWatch(IDS_PATH, self._children_changed)
             with trio.move_on_after(5):
                 await self._first_view.wait()
             task_status.started()
             async for state in states:
-                if state == KazooState.LOST:
+                if state == KazooState.LOST and self.register:
                     await self._reregister()
         finally:
             with trio.CancelScope(shield=True):
@@ -213,7 +220,7 @@ class Registration:
 
     def _deregister(self) -> None:
         try:
-            if self.node_id >= 0 and self.zk.client.connected:
+            if self.register and self.node_id >= 0 and self.zk.client.connected:
                 self.zk.client.delete(f"{IDS_PATH}/{self.node_id}")
         except Exception as exc:  # the session ends anyway; the node goes with it
             log.debug("deleting registration: %s", exc)

@@ -10,8 +10,11 @@ the real ports (port 0 picks a free one).
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import logging
 import ssl
+from collections.abc import Awaitable, Callable
 
 import trio
 from prometheus_client import CollectorRegistry, Counter
@@ -69,6 +72,7 @@ from proxy.datapath.rewrite import SITES, Rewriter
 from proxy.datapath.routing import Router
 from proxy.local.api import Context
 from proxy.local.ports import Ports
+from proxy.local.remote import Owner
 from proxy.local.sasl import SaslApis
 from proxy.local.table import TableSpec, build_table
 from quotas.gate import AcceptGate
@@ -78,11 +82,38 @@ log = logging.getLogger(__name__)
 TLS_HANDSHAKE_TIMEOUT = 10.0
 
 
-class Sidecar:
-    """One sidecar: its parts, and the tasks that serve it."""
+class Role(enum.Enum):
+    """What one process of a sidecar does (``sidecar.workers``, docs/operations.md)."""
 
-    def __init__(self, config: SidecarConfig) -> None:
+    #: Everything, in one process (``sidecar.workers=1``).
+    SINGLE = "single"
+    #: Binds the listeners and admits connections (KIP-612), hands each to a worker, and
+    #: owns the sidecar-wide state: the coordinator, features, ACL, SCRAM and quota
+    #: administration, registration; serves HTTP.
+    SUPERVISOR = "supervisor"
+    #: Serves the client connections handed to it, whole; asks the supervisor for the APIs
+    #: of the sidecar-wide state.
+    WORKER = "worker"
+
+
+#: Serves one admitted connection elsewhere (the supervisor's hand-off to a worker):
+#: ``(stream, listener, ip)``, returning when the connection has ended.
+HandOff = Callable[[trio.SocketStream, str, str], Awaitable[None]]
+
+
+class Sidecar:
+    """One sidecar, or one process of a sidecar with several (:class:`Role`): its parts,
+    and the tasks that serve it."""
+
+    def __init__(self, config: SidecarConfig, *, role: Role = Role.SINGLE, owner: Owner | None = None,
+                 worker: int = 0, hand_off: HandOff | None = None) -> None:
         self.config = config
+        self.role = role
+        #: A worker's channel to the supervisor, which answers the APIs of the shared state.
+        self.owner = owner
+        #: This worker's index (0 in a single process): in its log lines and audit files.
+        self.worker = worker
+        self._hand_off = hand_off
         self.registry = ApiRegistry(config["sidecar.broker.metadata.api.key"])
         self.metrics = SidecarMetrics(self.registry)
         self._lenient_logged: set[tuple[str, str, str]] = set()
@@ -108,12 +139,13 @@ class Sidecar:
         self.users = ScramUsers(self.zk)
         #: OAUTHBEARER's signing keys, when a JWKS URL is set (:mod:`proxy.control.jwks`).
         self.jwks = (JwksFetcher(JwksSettings.from_config(config), token_rules(config))
-                     if config["sasl.oauthbearer.jwks.endpoint.url"] else None)
+                     if config["sasl.oauthbearer.jwks.endpoint.url"] and role is not Role.SUPERVISOR else None)
         #: Who this sidecar is: broker id, advertised endpoints, tags (:mod:`proxy.control.identity`).
         self.identity = Identity(config, self.upstream)
         self.registered = RegisteredAddressBook()
         self.address_book: AddressBook = self.registered  # replaced in serve() once bound
-        self.registration = Registration(self.zk, self.identity, self.registered.replace) if self.zk else None
+        self.registration = Registration(self.zk, self.identity, self.registered.replace,
+                                         register=role is not Role.WORKER) if self.zk else None
         #: Bound addresses by listener (the identity's: advertised ports that were 0).
         self.bound = self.identity.bound
         self.connections: set[Connection] = set()
@@ -124,6 +156,7 @@ class Sidecar:
         self._unmapped_logged: set[tuple[str, int]] = set()
         self._slot_freed = trio.Event()
         self._parts: dict[str, Parts] = {}
+        self._tls_contexts: dict[str, ssl.SSLContext | None] = {}
         #: ``ssl.principal.mapping.rules`` of each SSL listener, parsed once (bad rules: no start).
         self._principal_mappers = {e.name: m for e in config.listeners
                                    if (m := listener_principal_mapper(config, e.name)) is not None}
@@ -139,8 +172,9 @@ class Sidecar:
         #: Topic id → name for the ACLs and the observers (asked of the broker on demand).
         self.topics = TopicDirectory(self.upstream.topics)
         #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
-        self.observers = load_hub(config, self.registry, self.metrics.registry, self.broker_id,
-                                  self.feature_level, self.topics.lookup_blocking)
+        self.observers = None if role is Role.SUPERVISOR else load_hub(
+            config, self.registry, self.metrics.registry, self.broker_id, self.feature_level,
+            self.topics.lookup_blocking)
         #: Kafka ACLs in ZooKeeper (``sidecar.authorizer=acls``; the key table refuses it
         #: without ZooKeeper), else ``None``.
         self.acls: AclState | None = None
@@ -151,7 +185,7 @@ class Sidecar:
                                  topics=self.topics)
         #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
         self.groups: GroupService | None = None
-        if config["sidecar.coordinator"] == "embedded":
+        if config["sidecar.coordinator"] == "embedded" and role is not Role.WORKER:
             assert self.zk is not None  # the key table refuses embedded without ZooKeeper
             self.groups = GroupService(
                 coordinator_settings(config), self.zk, self.upstream, self.identity.coordinator_address,
@@ -171,7 +205,7 @@ class Sidecar:
         if self.zk is not None:
             override: str = config["sidecar.features.supported.override"]
             supported = (parse_supported_override(override) if override else
-                         supported_features(embedded_coordinator=self.groups is not None))
+                         supported_features(embedded_coordinator=config["sidecar.coordinator"] == "embedded"))
             registration = self.registration
             self.features = self.identity.features = FeatureState(
                 self.zk, supported, lambda: registration.bodies if registration is not None else {},
@@ -180,12 +214,19 @@ class Sidecar:
             upstream=self.upstream,
             brokers=Brokers(self.identity, self.registration, lambda: self.address_book),
             quotas=self.ip_quotas,
-            users=self.users if self._owns_scram_users() else None,
+            users=self.users if self._owns_scram_users() and role is not Role.WORKER else None,
             groups=self.groups,
             super_users=config["super.users"],
             acls=self.acls,
             features=self.features,
         )
+        #: What the listeners' tables serve besides ApiVersions, BrokerMetadata and SASL.
+        self.table_spec = TableSpec(
+            scram_credentials=self._owns_scram_users(),
+            groups=config["sidecar.coordinator"] == "embedded", acls=self.acls is not None,
+            features=self.features is not None,
+            forward_unparsed=config["sidecar.unparsed.request.policy"] == "forward",
+            names_brokers=frozenset(SITES), owner=owner)
         self.connection_settings = ConnectionSettings.from_config(config)
         #: ``connections.max.idle.ms`` and ``socket.request.read.timeout.ms`` for every
         #: connection (one task, not one per connection).
@@ -303,14 +344,7 @@ class Sidecar:
                 oauthbearer=self.jwks.mechanism() if self.jwks is not None else None,
             )
             sasl = SaslApis(auth) if auth.terminating else None
-        table = build_table(
-            self.registry,
-            TableSpec(sasl=sasl, scram_credentials=self.ports.users is not None,
-                      groups=self.groups is not None, acls=self.acls is not None,
-                      features=self.features is not None,
-                      forward_unparsed=self.config["sidecar.unparsed.request.policy"] == "forward",
-                      names_brokers=frozenset(SITES)),
-        )
+        table = build_table(self.registry, dataclasses.replace(self.table_spec, sasl=sasl))
         rewriter = Rewriter(OwnAddressFirst(self.identity, self.address_book), listener, self._unmapped,
                             self.leniency)
         router = Router(self.registry, table, self.upstream, rewriter,
@@ -363,30 +397,37 @@ class Sidecar:
 
     # -- serving ---------------------------------------------------------------------------
 
-    async def serve(self, *, task_status: trio.TaskStatus[Sidecar] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the sidecar until cancelled or drained."""
+    async def serve(self, *, bound: dict[str, HostPort] | None = None,
+                    task_status: trio.TaskStatus[Sidecar] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the sidecar until cancelled or drained. A worker is given the addresses its
+        supervisor bound (``bound``) and binds nothing itself."""
         self.topics.serving()
+        worker = self.role is Role.WORKER
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(
                     self.upstream.refresh_forever,
                     self.config["sidecar.upstream.api.versions.refresh.ms"] / 1000,
                 )
-                if not self.upstream.healthy:
+                if not self.upstream.healthy and not worker:
                     log.warning("upstream %s not reachable yet; clients will be refused until it is",
                                 self.upstream.address)
                 listeners: list[tuple[Endpoint, list[trio.SocketListener]]] = []
-                for endpoint in self.config.listeners:
-                    sockets = await trio.open_tcp_listeners(endpoint.port, host=endpoint.host or None)
-                    port = sockets[0].socket.getsockname()[1]
-                    self.bound[endpoint.name] = HostPort(endpoint.host, port)
-                    listeners.append((endpoint, sockets))
+                if bound is not None:
+                    self.bound.update(bound)
+                else:
+                    for endpoint in self.config.listeners:
+                        sockets = await trio.open_tcp_listeners(endpoint.port, host=endpoint.host or None)
+                        port = sockets[0].socket.getsockname()[1]
+                        self.bound[endpoint.name] = HostPort(endpoint.host, port)
+                        listeners.append((endpoint, sockets))
                 self.address_book = self._build_address_book()
                 if self.zk is not None:
                     await self.zk.start()
                     if self.features is not None:
                         await self.features.start()  # refuses to start on incompatible features
-                    await self.ip_quotas.start()
+                    if not worker:
+                        await self.ip_quotas.start()
                     await self.users.start()
                     if self.acls is not None:
                         await self.acls.start()
@@ -395,18 +436,22 @@ class Sidecar:
                     if self.groups is not None:
                         await nursery.start(self.groups.serve)
                 metrics_at: HostPort | None = self.config["sidecar.metrics.listener"]
-                if metrics_at is not None:
+                if metrics_at is not None and self.role is Role.SINGLE:
                     self.metrics_address = await nursery.start(serve_http, self, metrics_at)
                 if self.jwks is not None:
                     await nursery.start(self.jwks.run)
                 for endpoint, sockets in listeners:
                     nursery.start_soon(self._accept, endpoint, sockets)
-                nursery.start_soon(self._expire_ip_sensors)
+                if not worker:
+                    nursery.start_soon(self._expire_ip_sensors)
                 nursery.start_soon(self.idle.run)
                 if self.observers is not None:
                     nursery.start_soon(
                         run_hub, self.observers, self.config["observer.close.timeout.ms"] / 1000
                     )
+                if worker:
+                    task_status.started(self)
+                    return
                 log.info(
                     "sidecar broker.id=%d listening on %s, upstream %s%s%s", self.broker_id,
                     ", ".join(f"{n}://{a}" for n, a in self.bound.items()), self.upstream.address,
@@ -423,7 +468,8 @@ class Sidecar:
                 await self.zk.close()
 
     async def _accept(self, endpoint: Endpoint, sockets: list[trio.SocketListener]) -> None:
-        context = listener_ssl_context(self.config, endpoint.name)
+        # TLS is a worker's: the supervisor hands the socket on before its handshake.
+        context = None if self._hand_off is not None else listener_ssl_context(self.config, endpoint.name)
         # One scope per listener (a CancelScope enters one `with` only). Connections live
         # in their own nursery: drain() cancels (and closes) only the accepting sockets,
         # so in-flight requests can still complete.
@@ -460,10 +506,22 @@ class Sidecar:
     ) -> None:
         """Serve one admitted connection; give its quota slot back when it ends."""
         try:
-            await self._handle(stream, listener, context)
+            if self._hand_off is not None:
+                await self._hand_off(stream, listener, ip)
+            else:
+                await self._handle(stream, listener, context)
         finally:
             self.gate.release(listener, ip)
             self._free_slot()
+
+    async def serve_handed(self, stream: trio.SocketStream, listener: str) -> None:
+        """Serve a connection the supervisor admitted and handed to this worker."""
+        await self._handle(stream, listener, self._tls_context(listener))
+
+    def _tls_context(self, listener: str) -> ssl.SSLContext | None:
+        if listener not in self._tls_contexts:
+            self._tls_contexts[listener] = listener_ssl_context(self.config, listener)
+        return self._tls_contexts[listener]
 
     async def _handle(
         self, stream: trio.abc.Stream, listener: str, tls_context: ssl.SSLContext | None
@@ -518,6 +576,10 @@ class Sidecar:
     def unanswered(self) -> int:
         """Requests read on every connection whose answers have not left yet."""
         return sum(connection.unanswered for connection in self.connections)
+
+    async def stop(self) -> int:
+        """Stop at once (a second signal during the drain): the requests abandoned."""
+        return self.unanswered()
 
     async def drain(self, deadline: float | None = None) -> int:
         """Stop accepting and reading, answer everything read, close gently; the count abandoned.

@@ -12,6 +12,7 @@ from protocol.apis import ApiRegistry
 from proxy.local import acls, broker_metadata, client_quotas, features, groups, scram_credentials
 from proxy.local.api import LocalApi, LocalApiTable
 from proxy.local.api_versions import ApiVersionsApi
+from proxy.local.remote import Owner, remote
 from proxy.local.sasl import SaslApis
 
 
@@ -34,25 +35,34 @@ class TableSpec:
     forward_unparsed: bool = False
     #: API keys whose answers name brokers (never advertised beyond what the sidecar rewrites).
     names_brokers: frozenset[int] = frozenset()
+    #: A worker of a sidecar with several (``sidecar.workers``): the APIs of the sidecar-wide
+    #: state (groups, ACL and quota administration, SCRAM credentials, features) are answered
+    #: by this owner (:mod:`proxy.local.remote`); ``None``: here.
+    owner: Owner | None = None
 
 
 def build_table(registry: ApiRegistry, spec: TableSpec) -> LocalApiTable:
     """The listener's table: ApiVersions, BrokerMetadata, per-IP quotas, then what ``spec`` adds."""
-    served: list[LocalApi] = []
     versions = ApiVersionsApi(registry, lambda: table.served(), forward_unparsed=spec.forward_unparsed,
                               names_brokers=spec.names_brokers)
-    served.append(versions.entry())
-    served.append(broker_metadata.entry(registry))
-    served.extend(client_quotas.entries(registry))
-    if spec.scram_credentials:
-        served.extend(scram_credentials.entries(registry))
+    served: list[LocalApi] = [versions.entry(), broker_metadata.entry(registry)]
     if spec.sasl is not None:
         served.extend(spec.sasl.entries(registry))
-    if spec.groups:
-        served.extend(groups.entries(registry))
-    if spec.acls:
-        served.extend(acls.entries(registry))
-    if spec.features:
-        served.append(features.entry(registry))
+    owned = owned_entries(registry, spec)
+    served.extend(owned if spec.owner is None else remote(owned, spec.owner))
     table = LocalApiTable(served, raw_token=spec.sasl.raw_token if spec.sasl is not None else None)
     return table
+
+
+def owned_entries(registry: ApiRegistry, spec: TableSpec) -> list[LocalApi]:
+    """The entries of the sidecar-wide state ``spec`` serves: one process owns them."""
+    owned = client_quotas.entries(registry)
+    if spec.scram_credentials:
+        owned.extend(scram_credentials.entries(registry))
+    if spec.groups:
+        owned.extend(groups.entries(registry))
+    if spec.acls:
+        owned.extend(acls.entries(registry))
+    if spec.features:
+        owned.append(features.entry(registry))
+    return owned

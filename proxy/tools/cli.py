@@ -21,10 +21,15 @@ deadline passed, or a second signal came), 1 for anything else.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import logging
+import shutil
 import signal
 import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
 
 import trio
 
@@ -59,18 +64,52 @@ def _parse_set(items: list[str]) -> dict[str, str]:
     return result
 
 
+class Serving(Protocol):
+    """A sidecar as ``ksidecar run`` runs it: one process, or a supervisor of workers."""
+
+    async def serve(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; report started once listening."""
+        ...
+
+    async def drain(self) -> int:
+        """Stop accepting and reading, answer what was read; the count abandoned."""
+        ...
+
+    async def stop(self) -> int:
+        """Stop at once; the count of requests abandoned."""
+        ...
+
+
+def serving(config: SidecarConfig) -> Serving:
+    """One process for ``sidecar.workers=1``, else a supervisor of that many workers (0: one
+    per usable CPU), with prometheus_client's multiprocess directory made for them."""
+    from proxy.control.supervisor import worker_count
+
+    count = worker_count(config["sidecar.workers"])
+    if count == 1:
+        from proxy.control.server import Sidecar
+
+        return Sidecar(config)
+    from proxy.control.metrics_page import enable_multiprocess
+    from proxy.control.supervisor import Supervisor
+
+    directory = Path(tempfile.mkdtemp(prefix="ksidecar-metrics-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    enable_multiprocess(directory)  # before any metric object exists, and before any worker
+    return Supervisor(config, count, directory)
+
+
 async def run_sidecar(config: SidecarConfig) -> int:
     """Serve until SIGTERM or SIGINT, then drain; the number of requests abandoned.
 
     A second signal during the drain stops at once; what was still unanswered then is
     abandoned (counted in the log and in the exit code).
     """
-    from proxy.control.server import Sidecar
-
     abandoned = 0
+    sidecar = serving(config)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            sidecar: Sidecar = await nursery.start(Sidecar(config).serve)
+            await nursery.start(sidecar.serve)
             keep_out_of_collections()
             async for signum in signals:
                 log.info("received %s: draining (up to %d ms; a second signal stops at once)",
@@ -91,7 +130,7 @@ async def run_sidecar(config: SidecarConfig) -> int:
 
                 drain.start_soon(run_drain)
                 drain.start_soon(second_signal)
-            abandoned = drained[0] if drained else sidecar.unanswered()
+            abandoned = drained[0] if drained else await sidecar.stop()
             nursery.cancel_scope.cancel()
     if abandoned:
         log.error("stopped; %d request(s) read from clients were abandoned unanswered", abandoned)

@@ -1,0 +1,67 @@
+"""The supervisor's channel to one worker: accepted sockets one way, their fate the other.
+
+One ``AF_UNIX``/``SOCK_SEQPACKET`` pair per worker: every message is one datagram holding a
+small JSON object, and an accepted connection travels with it as a file descriptor
+(``SCM_RIGHTS``), so a message and its socket can never part. What flows:
+
+* supervisor → worker: ``connection`` (id, listener, the peer's IP; with the socket),
+  ``drain`` (stop reading, answer what was read, report, exit), ``stop`` (exit now);
+* worker → supervisor: ``ready`` (serving), ``closed`` (a connection ended: the supervisor
+  gives its KIP-612 slot back), ``drained`` (the count of requests the drain abandoned).
+
+The worker ends when its end of the pair reports end-of-file: a supervisor that died
+takes its workers with it.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import socket
+from typing import Any
+
+import trio
+
+#: Larger than any message here (they are a few dozen bytes).
+MAX_DATAGRAM = 4096
+_FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
+
+
+class HandOffError(Exception):
+    """A datagram that is not a message of this channel."""
+
+
+def pair() -> tuple[socket.socket, socket.socket]:
+    """A new channel: ``(supervisor's end, worker's end)``."""
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+async def send(sock: trio.socket.SocketType, message: dict[str, Any], fd: int | None = None) -> None:
+    """Send ``message``, and the file descriptor ``fd`` with it (a copy: close yours after)."""
+    data = json.dumps(message).encode()
+    if fd is None:
+        await sock.send(data)
+    else:
+        await sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+
+
+async def receive(sock: trio.socket.SocketType) -> tuple[dict[str, Any], int | None] | None:
+    """The next message and the descriptor it carried, or ``None`` once the peer is gone."""
+    data, ancillary, _, _ = await sock.recvmsg(MAX_DATAGRAM, _FD_SPACE)
+    fds: list[int] = []
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received = array.array("i")
+            received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
+            fds.extend(received)
+    if not data and not fds:
+        return None
+    try:
+        message = json.loads(data)
+        if not isinstance(message, dict) or not isinstance(message.get("op"), str) or len(fds) > 1:
+            raise ValueError(f"not a message: {data[:80]!r} with {len(fds)} descriptor(s)")
+    except ValueError as exc:
+        for fd in fds:
+            socket.close(fd)
+        raise HandOffError(str(exc)) from None
+    return message, fds[0] if fds else None

@@ -1,0 +1,67 @@
+"""The owner's side of a remote local-API call (:mod:`proxy.local.remote`).
+
+The supervisor of a sidecar with several workers owns the sidecar-wide state: the
+embedded coordinator, features, ACL, SCRAM and quota administration. A worker that reads
+one of their requests sends it here; :class:`OwnerService` answers it with the very
+handlers a single-process sidecar runs, under a :class:`~proxy.local.api.Context` rebuilt
+from what the worker knew of the client (listener, address, principal, software), and
+returns the answer's body encoded, ready for the worker to frame.
+"""
+
+from __future__ import annotations
+
+from protocol.apis import ApiRegistry
+from protocol.errors import ProtocolError
+from protocol.headers import RequestHeader
+from protocol.leniency import Leniency
+from protocol.schema import encode
+from proxy.local.api import Close, Context, Later, LocalApiTable, LocalRequest, Respond
+from proxy.local.ports import Ports
+from proxy.local.remote import RemoteCall
+from proxy.local.table import TableSpec, owned_entries
+
+
+class OwnerService:
+    """Answers the owned local APIs for every worker."""
+
+    def __init__(self, registry: ApiRegistry, spec: TableSpec, ports: Ports, leniency: Leniency) -> None:
+        self.registry = registry
+        self.ports = ports
+        self.leniency = leniency
+        self.table = LocalApiTable(owned_entries(registry, spec))
+
+    async def answer(self, call: RemoteCall) -> Respond | Close:
+        """Run the API's handler for ``call``; the answer's body is encoded bytes."""
+        entry = self.table.get(call.api_key)
+        named = f"api key {call.api_key} v{call.api_version}"
+        if entry is None:  # the worker's table and ours are built from one configuration
+            return Close(reason="owner_refused", detail=f"{named} is not served by the sidecar's owner process")
+        api = self.registry.api(call.api_key)
+        try:
+            body = self.leniency.request(api, call.api_version, call.body) if entry.decode else None
+        except ProtocolError as exc:
+            return Close(reason="bad_request", detail=f"{api.name} v{call.api_version}: {exc}")
+        header = RequestHeader(api_key=call.api_key, api_version=call.api_version,
+                               correlation_id=call.correlation_id, client_id=call.client_id,
+                               header_version=0, size=0)
+        context = Context(listener=call.listener, peer=call.peer, ports=self.ports, principal=call.principal,
+                          client_software=call.client_software)
+        try:
+            answer = entry.handler(LocalRequest(header=header, body=body, raw=call.body), context)
+        except ProtocolError as exc:
+            return Close(reason="bad_request", detail=f"{entry.name} v{call.api_version}: {exc}")
+        if isinstance(answer, Later):
+            answer = await answer.answer()
+        if isinstance(answer, Respond):
+            return self._encoded(answer, call)
+        if answer.answer is not None:
+            return Close(reason=answer.reason, detail=answer.detail, answer=self._encoded(answer.answer, call),
+                         linger=answer.linger)
+        return answer
+
+    def _encoded(self, answer: Respond, call: RemoteCall) -> Respond:
+        if isinstance(answer.body, bytes):
+            return answer
+        version = call.api_version if answer.version is None else answer.version
+        return Respond(body=encode(self.registry.api(call.api_key).response, version, answer.body),
+                       version=answer.version)

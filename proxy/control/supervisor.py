@@ -1,0 +1,310 @@
+"""A sidecar on every core: one supervisor, ``sidecar.workers`` worker processes.
+
+Theory of operation. A Python process uses one core, so a sidecar with several workers
+splits the work where it divides cleanly and keeps one owner for what must not be split
+(docs/operations.md, "Workers"):
+
+* **Admission stays in one place.** The supervisor binds every listener and runs the
+  KIP-612 accept gate exactly as a single process does (:mod:`proxy.control.acceptor`):
+  the sidecar-wide, listener and per-IP connection-creation rates, ``max.connections``
+  and ``max.connections.per.ip`` are decided by one gate, so they hold for the sidecar as a
+  whole. An admitted socket is handed, before any byte is read, to the worker serving the
+  fewest connections (:mod:`proxy.control.handoff`, ``SCM_RIGHTS``); the gate's slot is
+  given back when the worker reports the connection closed.
+* **A connection never crosses a process.** The worker serves it whole: TLS, SASL, the
+  in-flight order, its link to the broker, the observers.
+* **The sidecar-wide state has one owner, the supervisor**: the embedded coordinator,
+  KIP-584 features, ACL, SCRAM and quota administration, registration. A worker sends those
+  requests over its call channel (:mod:`proxy.control.calls`) and the supervisor answers
+  them with the single-process handlers (:mod:`proxy.control.owner`): no group is served by
+  two processes. Every worker watches ZooKeeper itself for ACLs, SCRAM credentials,
+  features and the fleet's registrations, as a single process does.
+* **Workers come back.** A worker that exits (SIGKILL, an uncaught error) is logged,
+  counted (``ksidecar_worker_restarts_total``) and replaced at once from a fork server that
+  imported the sidecar beforehand; only its own connections are lost.
+* **One page of metrics**: every process records into prometheus_client's multiprocess
+  directory, and the supervisor's ``/metrics`` sums them (:mod:`proxy.control.metrics_page`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import multiprocessing
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+import trio
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from proxy.config import HostPort, SidecarConfig
+from proxy.control import handoff
+from proxy.control.calls import serve_calls
+from proxy.control.http import serve_http
+from proxy.control.metrics_page import mark_dead, page_registry
+from proxy.control.owner import OwnerService
+from proxy.control.server import Role, Sidecar
+from proxy.control.worker import worker_main
+
+log = logging.getLogger(__name__)
+
+#: A worker that dies before it was ever ready (it cannot start: ZooKeeper unreachable, a
+#: bug) is started again after this long, not in a loop.
+RESTART_BACKOFF = 1.0
+#: How long a stop (a second signal) waits for each worker's count of abandoned requests.
+STOP_WAIT = 2.0
+#: Beyond the drain deadline, how long a draining worker may take to flush its observers
+#: and exit before it is killed.
+EXIT_MARGIN = 5.0
+
+
+def worker_count(setting: int, cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """``sidecar.workers``: the setting, or for 0 the CPUs this process may use (its
+    affinity, and its cgroup's CPU quota rounded up)."""
+    if setting > 0:
+        return setting
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        quota, period = cgroup.read_text().split()
+        if quota != "max":
+            cpus = min(cpus, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota readable: the affinity stands
+    return max(1, cpus)
+
+
+@dataclass(eq=False)
+class WorkerSlot:
+    """What the supervisor knows of one worker (the slot outlives the processes in it)."""
+
+    index: int
+    process: BaseProcess | None = None
+    channel: trio.socket.SocketType | None = None
+    ready: bool = False
+    #: Connections handed to this worker and not yet reported closed, by id.
+    connections: dict[int, trio.Event] = field(default_factory=dict)
+    restarts: int = 0
+    #: The requests the worker's drain abandoned, once it reported (``None`` before).
+    abandoned: int | None = None
+    #: Set once the slot's current process has exited and its connections were released.
+    exited: trio.Event = field(default_factory=trio.Event)
+
+
+class Supervisor:
+    """The supervisor of one sidecar with several workers."""
+
+    def __init__(self, config: SidecarConfig, count: int, metrics_dir: Path | None) -> None:
+        self.config = config
+        self.sidecar = Sidecar(config, role=Role.SUPERVISOR, hand_off=self._hand_off)
+        sidecar = self.sidecar
+        self.owner = OwnerService(sidecar.registry, sidecar.table_spec, sidecar.ports, sidecar.leniency)
+        self.workers = [WorkerSlot(index) for index in range(count)]
+        self.metrics_dir = metrics_dir
+        self.metrics_address: HostPort | None = None
+        self.stopping = False
+        self._ids = itertools.count()
+        self._ready_changed = trio.Event()
+        self._processes = multiprocessing.get_context("forkserver")
+        self._processes.set_forkserver_preload(["proxy.control.worker"])
+        sidecar.metrics.registry.register(_WorkerMetrics(self))
+        self._page = (page_registry(sidecar.metrics.registry, metrics_dir) if metrics_dir is not None
+                      else sidecar.metrics.registry)
+
+    # -- the HTTP endpoint's view (proxy.control.http.Probed) ------------------------------
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """Every process's metrics on one page."""
+        return self._page
+
+    def readiness(self) -> str | None:
+        """``None`` when the supervisor and every worker are ready, else why not."""
+        why = self.sidecar.readiness()
+        if why is not None:
+            return why
+        ready = sum(worker.ready for worker in self.workers)
+        return None if ready == len(self.workers) else f"{ready} of {len(self.workers)} workers ready"
+
+    def before_scrape(self) -> None:
+        """Bring the supervisor's gauges up to date."""
+        self.sidecar.before_scrape()
+
+    # -- serving -----------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind, admit, start the workers and keep them running, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.sidecar.serve)
+            bound = {name: (address.host, address.port) for name, address in self.sidecar.bound.items()}
+            for worker in self.workers:
+                nursery.start_soon(self._keep, worker, bound)
+            metrics_at: HostPort | None = self.config["sidecar.metrics.listener"]
+            if metrics_at is not None:
+                self.metrics_address = await nursery.start(serve_http, self, metrics_at)
+            log.info("supervising %d worker process(es)", len(self.workers))
+            task_status.started(self)
+
+    async def _keep(self, worker: WorkerSlot, bound: dict[str, tuple[str, int]]) -> None:
+        """Run ``worker``'s process, and a new one each time it exits (until stopping)."""
+        while True:
+            was_ready = await self._run(worker, bound)
+            if self.stopping:
+                return
+            worker.restarts += 1
+            if not was_ready:
+                await trio.sleep(RESTART_BACKOFF)
+
+    async def _run(self, worker: WorkerSlot, bound: dict[str, tuple[str, int]]) -> bool:
+        """One process in ``worker``'s slot, until it exits; whether it was ever ready."""
+        ours, theirs = handoff.pair()
+        calls_ours, calls_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        process = self._processes.Process(
+            target=worker_main, name=f"ksidecar-worker-{worker.index}", daemon=True,
+            args=(worker.index, dict(self.config.raw), bound, theirs, calls_theirs))
+        try:
+            await trio.to_thread.run_sync(process.start)
+        finally:
+            theirs.close()
+            calls_theirs.close()
+        worker.process, worker.abandoned, worker.exited = process, None, trio.Event()
+        worker.channel = channel = trio.socket.from_stdlib_socket(ours)
+        log.info("worker %d started (pid %s)", worker.index, process.pid)
+        was_ready = False
+        calls = trio.SocketStream(trio.socket.from_stdlib_socket(calls_ours))
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve_calls, calls, self.owner.answer, f"worker {worker.index}")
+                nursery.start_soon(self._listen, worker, channel)
+                await trio.lowlevel.wait_readable(process.sentinel)
+                nursery.cancel_scope.cancel()
+        finally:
+            was_ready = worker.ready
+            worker.ready, worker.channel = False, None
+            self._ready_changed.set()
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(process.join)
+                lost = len(worker.connections)
+                for done in worker.connections.values():
+                    done.set()  # their KIP-612 slots come back
+                worker.connections.clear()
+                channel.close()
+                await calls.aclose()
+                if self.metrics_dir is not None and process.pid is not None:
+                    mark_dead(process.pid, self.metrics_dir)
+                worker.exited.set()
+            if not self.stopping:
+                log.error("worker %d (pid %s) exited with code %s; its %d connection(s) are lost "
+                          "(their clients reconnect); starting a new worker", worker.index, process.pid,
+                          process.exitcode, lost)
+        return was_ready
+
+    async def _listen(self, worker: WorkerSlot, channel: trio.socket.SocketType) -> None:
+        """What the worker tells: ready, a connection closed, its drain's count."""
+        while (received := await handoff.receive(channel)) is not None:
+            message, fd = received
+            if fd is not None:  # workers never send sockets
+                os.close(fd)
+            op = message["op"]
+            if op == "ready":
+                worker.ready = True
+                self._ready_changed.set()
+                log.info("worker %d ready", worker.index)
+            elif op == "closed":
+                done = worker.connections.pop(int(message["id"]), None)
+                if done is not None:
+                    done.set()
+            elif op == "drained":
+                worker.abandoned = int(message["abandoned"])
+
+    async def _least_loaded(self) -> WorkerSlot:
+        """The ready worker serving the fewest connections (waits while none is ready)."""
+        while True:
+            ready = [w for w in self.workers if w.ready and w.channel is not None]
+            if ready:
+                return min(ready, key=lambda w: len(w.connections))
+            self._ready_changed = changed = trio.Event()
+            await changed.wait()
+
+    async def _hand_off(self, stream: trio.SocketStream, listener: str, ip: str) -> None:
+        """Give an admitted connection to a worker; return when the worker reports it closed."""
+        done = trio.Event()
+        try:
+            worker = await self._least_loaded()
+            channel = worker.channel
+            assert channel is not None
+            connection_id = next(self._ids)
+            worker.connections[connection_id] = done
+            try:
+                await handoff.send(channel, {"op": "connection", "id": connection_id, "listener": listener, "ip": ip},
+                                   stream.socket.fileno())
+            except OSError as exc:  # the worker died meanwhile: the client reconnects
+                worker.connections.pop(connection_id, None)
+                log.info("handing a connection from %s to worker %d failed: %s", ip, worker.index, exc)
+                return
+        finally:
+            stream.socket.close()  # our copy: the worker's is the connection now
+        await done.wait()
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    async def drain(self) -> int:
+        """Stop accepting, have every worker drain, wait for them to exit; the count abandoned."""
+        self.stopping = True
+        await self.sidecar.drain()  # stops accepting; the supervisor has no connection of its own
+        deadline = self.config["sidecar.shutdown.drain.ms"] / 1000 + self.config["observer.close.timeout.ms"] / 1000
+        return await self._ask_all("drain", deadline + EXIT_MARGIN)
+
+    async def stop(self) -> int:
+        """Stop every worker at once (a second signal); the count of requests abandoned."""
+        self.stopping = True
+        return await self._ask_all("stop", STOP_WAIT)
+
+    def unanswered(self) -> int:
+        """Requests abandoned by the workers that reported (a stop's count)."""
+        return sum(worker.abandoned or 0 for worker in self.workers)
+
+    async def _ask_all(self, op: str, wait: float) -> int:
+        for worker in self.workers:
+            if worker.channel is not None:
+                with contextlib.suppress(OSError):  # it is exiting anyway
+                    await handoff.send(worker.channel, {"op": op})
+        with trio.move_on_after(wait) as waited:
+            for worker in self.workers:
+                await worker.exited.wait()
+        if waited.cancelled_caught:
+            for worker in self.workers:
+                if worker.process is not None and worker.process.exitcode is None:
+                    log.warning("worker %d did not exit within %g s; killing it", worker.index, wait)
+                    worker.process.kill()
+        return self.unanswered()
+
+
+class _WorkerMetrics(Collector):
+    """``ksidecar_worker_*``: read live from the supervisor's view of its workers."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("ksidecar_worker_up", "1 when the worker process is running and ready.",
+                               labels=["worker"])
+        restarts = CounterMetricFamily("ksidecar_worker_restarts", "Worker processes started again after "
+                                       "one exited (SIGKILL, an uncaught error).", labels=["worker"])
+        connections = GaugeMetricFamily("ksidecar_worker_connections", "Client connections the worker serves.",
+                                        labels=["worker"])
+        for worker in self.supervisor.workers:
+            label = [str(worker.index)]
+            up.add_metric(label, 1 if worker.ready else 0)
+            restarts.add_metric(label, worker.restarts)
+            connections.add_metric(label, len(worker.connections))
+        yield up
+        yield restarts
+        yield connections

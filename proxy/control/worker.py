@@ -1,0 +1,82 @@
+"""One worker process of a sidecar with several (``sidecar.workers``).
+
+A worker is started by its supervisor (:mod:`proxy.control.supervisor`) from a fork server
+that has imported the sidecar once, so a new worker serves within a fraction of a second.
+It builds a :class:`~proxy.control.server.Sidecar` in the worker role from the same
+configuration, serves every connection the supervisor hands it, whole (TLS, SASL, the
+in-flight order, the link to the broker), and reaches the supervisor for the APIs of the
+sidecar-wide state. It ignores SIGTERM and SIGINT: the supervisor decides when it drains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import signal
+import socket
+from collections.abc import Mapping
+from functools import partial
+
+import trio
+
+from proxy.config import HostPort, SidecarConfig, build_config
+from proxy.control import handoff
+from proxy.control.calls import OwnerClient
+from proxy.control.server import Role, Sidecar
+
+log = logging.getLogger(__name__)
+
+
+def worker_main(index: int, raw: Mapping[str, str], bound: Mapping[str, tuple[str, int]],
+                channel: socket.socket, calls: socket.socket) -> None:
+    """The worker process's entry: serve until the supervisor says drain or stop, or is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    config = build_config(raw)  # the supervisor checked it: this cannot fail
+    logging.basicConfig(level=config["sidecar.log.level"].upper(), force=True,
+                        format=f"%(asctime)s %(levelname)s worker-{index} %(name)s: %(message)s")
+    trio.run(_serve, index, config, {name: HostPort(*address) for name, address in bound.items()}, channel, calls)
+
+
+async def _serve(index: int, config: SidecarConfig, bound: dict[str, HostPort], channel_socket: socket.socket,
+                 calls_socket: socket.socket) -> None:
+    channel = trio.socket.from_stdlib_socket(channel_socket)
+    owner = OwnerClient(trio.SocketStream(trio.socket.from_stdlib_socket(calls_socket)))
+    sidecar = Sidecar(config, role=Role.WORKER, owner=owner, worker=index)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(owner.run)
+        await nursery.start(partial(sidecar.serve, bound=bound))
+        # What starting built lives as long as the process: keep it out of full
+        # collections (as ``ksidecar run`` does for one process).
+        gc.collect()
+        gc.freeze()
+        await handoff.send(channel, {"op": "ready"})
+        async with trio.open_nursery() as connections:
+            while (received := await handoff.receive(channel)) is not None:
+                message, fd = received
+                op = message["op"]
+                if op == "connection" and fd is not None:
+                    connections.start_soon(_serve_one, sidecar, channel, fd, message)
+                elif op == "drain":
+                    abandoned = await sidecar.drain()
+                    await handoff.send(channel, {"op": "drained", "abandoned": abandoned})
+                    break
+                elif op == "stop":
+                    await handoff.send(channel, {"op": "drained", "abandoned": sidecar.unanswered()})
+                    break
+                else:
+                    log.error("unexpected message from the supervisor: %s", message)
+            connections.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
+
+
+async def _serve_one(sidecar: Sidecar, channel: trio.socket.SocketType, fd: int, message: dict[str, object]) -> None:
+    """Serve one handed connection, then tell the supervisor it ended."""
+    try:
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=fd)))
+        await sidecar.serve_handed(stream, str(message["listener"]))
+    finally:
+        # (OSError: the supervisor is gone, and so are we, shortly)
+        with trio.CancelScope(shield=True), contextlib.suppress(OSError):
+            await handoff.send(channel, {"op": "closed", "id": message["id"]})

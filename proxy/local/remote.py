@@ -1,0 +1,72 @@
+"""Local APIs answered by another process of the same sidecar (``sidecar.workers`` > 1).
+
+A sidecar with several workers keeps one owner for the state that must not be split: the
+embedded group coordinator, KIP-584 features, ACL administration, SCRAM credentials and
+quota administration (docs/operations.md, "Workers"). A worker still decides everything
+about the request itself (its own SASL session, the ACL filter, the operators' filters,
+whether the entry ``takes`` it); only the handler moves. :func:`remote` swaps an entry's
+handler for one that sends a :class:`RemoteCall` to the owner and answers
+:class:`~proxy.local.api.Later` with what comes back, so the client's answer keeps its
+place in the response order as any other answer-later does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from proxy.local.api import Answer, Close, Context, Later, LocalApi, LocalRequest, Respond
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RemoteCall:
+    """One request for the owner: what its handler may know of the client, and the body."""
+
+    listener: str
+    peer: tuple[str, int]
+    principal: str
+    client_software: tuple[str, str] | None
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    #: The request body (after the header), as the client sent it.
+    body: bytes
+
+
+class Owner(Protocol):
+    """The channel to the process that owns the sidecar-wide state."""
+
+    async def call(self, request: RemoteCall) -> Respond | Close:
+        """The owner's answer to ``request`` (a :class:`Close` when it cannot be reached)."""
+        ...
+
+
+def remote(entries: Iterable[LocalApi], owner: Owner) -> list[LocalApi]:
+    """``entries`` with their handlers sent to ``owner``; the body is not decoded here."""
+    return [replace(entry, handler=_Forwarded(owner), decode=False) for entry in entries]
+
+
+class _Forwarded:
+    """A handler that asks the owner (the entry's ``takes`` still runs where the client is)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Owner) -> None:
+        self.owner = owner
+
+    def __call__(self, request: LocalRequest, context: Context) -> Answer:
+        header = request.header
+        call = RemoteCall(
+            listener=context.listener, peer=context.peer, principal=context.principal,
+            client_software=context.client_software, api_key=header.api_key,
+            api_version=header.api_version, correlation_id=header.correlation_id,
+            client_id=header.client_id, body=request.raw,
+        )
+        owner = self.owner
+
+        async def answer() -> Respond | Close:
+            return await owner.call(call)
+
+        return Later(answer=answer)
