@@ -17,6 +17,13 @@ A worker with an empty queue sleeps until :data:`WAKE_BATCH` exchanges wait or i
 tick, whichever comes first, and then works through the queue in one run: the worker
 shares the GIL with the event loop, and waking it for every exchange cost the data path
 more than the observer's own work did (tests/bench/RESULTS.md).
+
+Queue depth. ``ksidecar_observer_queue_depth`` is set, not computed at scrape time (the
+scrape may happen in another process: prometheus_client's multiprocess mode). The loop
+sets it after each run (so at least every tick), and :meth:`Worker.offer` at every
+:data:`WAKE_BATCH` exchanges and whenever the queue is full: a stalled observer, whose
+loop sets nothing, shows its queue filling and full. Not per exchange: each set takes a
+lock.
 """
 
 from __future__ import annotations
@@ -74,9 +81,11 @@ class HubMetrics:
         self.errors = Counter(
             "ksidecar_observer_errors", "Exceptions raised by an observer (each is caught; "
             "the data path is unaffected).", ["observer"], registry=r)
+        # livesum: each worker process has its own queue per observer; the sidecar's
+        # backlog is their sum (as its records and drops are).
         self.queue_depth = Gauge(
             "ksidecar_observer_queue_depth", "Exchanges waiting in an observer's queue.",
-            ["observer"], registry=r)
+            ["observer"], multiprocess_mode="livesum", registry=r)
 
 
 _STOP = object()
@@ -103,7 +112,11 @@ class Worker:
         self.records = metrics.records.labels(name)
         self.dropped = metrics.dropped.labels(name)
         self.errors = metrics.errors.labels(name)
-        metrics.queue_depth.labels(name).set_function(lambda: len(self.items))
+        #: ``ksidecar_observer_queue_depth``, set where the depth is looked at (module
+        #: docstring, "Queue depth"), not read by a callback: prometheus_client's
+        #: multiprocess mode (several sidecar workers) keeps no callback's value.
+        self.depth = metrics.queue_depth.labels(name)
+        self.depth.set(0)
         #: Queued exchanges that wake an idle worker (else it wakes on its next tick).
         self.wake_at = max(1, min(WAKE_BATCH, self.capacity // 2))
         self._wants: dict[tuple[int, int], bool] = {}
@@ -127,9 +140,13 @@ class Worker:
         """Queue ``exchange`` if there is room (never blocks)."""
         items = self.items
         if len(items) >= self.capacity:
+            self.depth.set(len(items))  # dropping (or waiting) already costs a lock
             return False
         items.append(exchange)
-        if self._idle and len(items) >= self.wake_at:
+        depth = len(items)
+        if depth >= self.capacity or not depth % WAKE_BATCH:
+            self.depth.set(depth)  # a stalled observer's full queue shows (module docstring)
+        if self._idle and depth >= self.wake_at:
             self._wake.set()
         return True
 
@@ -164,6 +181,7 @@ class Worker:
                 self.records.inc(delivered)
                 self._call(self.observer.close, max(0.0, self.deadline - clock()))
                 self.stopped = True
+                self.depth.set(len(items))
                 return None
             assert isinstance(item, Exchange)
             self.deliver(item)
@@ -176,6 +194,7 @@ class Worker:
         if now >= self.next_tick:
             self._call(self.observer.tick, now)
             self.next_tick = now + TICK_INTERVAL
+        self.depth.set(len(items))
         return self.next_tick
 
     def _run(self) -> None:

@@ -10,6 +10,11 @@ scrape without limit.
 The per-request metrics are resolved once per API (:meth:`SidecarMetrics.for_api`):
 ``Counter.labels(...)`` takes a lock and builds a tuple and a dict lookup on every call,
 which showed in profiles of small requests (``python -m tests.bench --profile``).
+
+With ``sidecar.workers``, every process records into prometheus_client's multiprocess files
+and the supervisor's page sums them (:mod:`proxy.control.metrics_page`); each gauge's
+``multiprocess_mode`` says how the processes' values combine. There one process holds one
+``SidecarMetrics``: two in one process would share the same slots in its file.
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ class SidecarMetrics:
             "ksidecar_errors", "Connection-ending errors by cause.", ["cause"], registry=r)
         self.connections_active = Gauge(
             "ksidecar_connections_active", "Open client connections by listener.",
-            ["listener"], registry=r)
+            ["listener"], multiprocess_mode="livesum", registry=r)
         self.connections = Counter(
             "ksidecar_connections", "Client connections accepted by listener.", ["listener"],
             registry=r)
@@ -99,9 +104,11 @@ class SidecarMetrics:
             "the sidecar completed or refused, by listener, mechanism and result (success, "
             "failure); in passthrough mode, those the broker accepted.",
             ["listener", "mechanism", "result"], registry=r)
+        # livemax: every process holds this gauge (0 until set) and only the process that
+        # runs the control connection sets it; a sum would count processes, not brokers.
         self.upstream_up = Gauge(
             "ksidecar_upstream_up", "1 while the control connection to the broker works.",
-            registry=r)
+            multiprocess_mode="livemax", registry=r)
         self._unknown_keys: set[int] = set()
         self._by_key: dict[int, ApiMetrics] = {}
         self._by_label: dict[str, ApiMetrics] = {}
