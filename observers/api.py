@@ -170,6 +170,10 @@ class ObserverConfig(Mapping[str, str]):
     entries: Mapping[str, str]
     #: The sidecar's broker id at start (-1 when not yet known; rows carry their own).
     broker_id: int = -1
+    #: The index of the sidecar worker process the observer runs in (``sidecar.workers``;
+    #: 0 in a single-process sidecar). Each worker has its own observers: an observer that
+    #: writes files names them after it (the audit does), so workers never share one.
+    worker: int = 0
     #: Where an observer may register Prometheus metrics (the sidecar's /metrics).
     registry: CollectorRegistry | None = None
     #: Anything else the sidecar hands over (for example ``sidecar.upstream``).

@@ -65,7 +65,7 @@ class ThreadAudit(Observer):
         self.feature_level = config.feature_level
         self.recorder = AuditRecorder.open(
             settings, broker_id=config.broker_id, apis=apis, metrics=SinkMetrics(config.registry),
-            version=format_version(self.feature_level),
+            version=format_version(self.feature_level), worker=config.worker,
         )
         self.recorder.names.resolve = config.topic_name
 

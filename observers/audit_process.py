@@ -100,6 +100,9 @@ ABANDON_GRACE = 5.0
 #: Seconds the child may take to start and configure.
 START_TIMEOUT = 60.0
 
+#: prometheus_client's multiprocess directory variable (and its deprecated spelling).
+MULTIPROC_ENV = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
+
 #: What the child reports with each message (:meth:`_Stats.snapshot`).
 Stats = tuple[float, float, float, float, float, str | None]
 #: Child → parent: ``(kind, stats)``, or ``(FAILED, message)`` from a failed configure.
@@ -149,6 +152,11 @@ class ProcessAudit(Observer):
         root = str(Path(__file__).resolve().parent.parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+        # The child's metrics stay in its memory: the parent publishes its totals. Were
+        # they in the multiprocess files of a multi-worker sidecar too, the page would
+        # count every row twice.
+        for name in MULTIPROC_ENV:
+            env.pop(name, None)
         # A fresh interpreter (fork + exec at once, as multiprocessing's "spawn" does, but
         # without re-importing the sidecar's __main__): never a fork of this threaded process.
         self.process = subprocess.Popen(
@@ -161,7 +169,8 @@ class ProcessAudit(Observer):
         atexit.register(self._abandon)
         reply: Any = None
         try:
-            self.conn.send((dict(config.entries), config.broker_id, dict(config.context), os.getpid()))
+            self.conn.send((dict(config.entries), config.broker_id, dict(config.context),
+                            os.getpid(), config.worker))
             reply = self.conn.recv() if self.conn.poll(START_TIMEOUT) else None
         except (EOFError, OSError):
             pass
@@ -361,26 +370,27 @@ class _Stats:
 
 
 def _open_recorder(
-    entries: dict[str, str], broker_id: int, context: dict[str, str], registry: CollectorRegistry
+    entries: dict[str, str], broker_id: int, context: dict[str, str], registry: CollectorRegistry,
+    worker: int,
 ) -> AuditRecorder:
     settings = audit_settings(entries)
     key = context.get("sidecar.broker.metadata.api.key")
     return AuditRecorder.open(
         settings, broker_id=broker_id, apis=ApiRegistry(int(key)) if key else ApiRegistry(),
-        metrics=SinkMetrics(registry),
+        metrics=SinkMetrics(registry), worker=worker,
     )
 
 
 def child_main(conn: Connection) -> None:
     """The audit process: configure, then record batches until stopped, EOF or orphaned."""
     try:
-        entries, broker_id, context, parent_pid = conn.recv()
+        entries, broker_id, context, parent_pid, worker = conn.recv()
     except (EOFError, OSError):
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s audit-process %(name)s: %(message)s")
     registry = CollectorRegistry()
     try:
-        recorder = _open_recorder(entries, broker_id, context, registry)
+        recorder = _open_recorder(entries, broker_id, context, registry, worker)
     except Exception as exc:
         message = str(exc) if isinstance(exc, ObserverError) else (
             f"observer 'audit': configure failed in the audit process: {exc}")

@@ -273,10 +273,11 @@ class AuditRecorder:
     @classmethod
     def open(
         cls, settings: AuditSettings, *, broker_id: int, apis: ApiRegistry | None = None,
-        metrics: SinkMetrics | None = None, version: int = VERSION_AT_LEVEL[0],
+        metrics: SinkMetrics | None = None, version: int = VERSION_AT_LEVEL[0], worker: int = 0,
     ) -> AuditRecorder:
         """A recorder of schema ``version`` over a new sink in ``settings.directory``, after
-        recovering the journals a killed sidecar left there."""
+        recovering the journals a killed sidecar left there (``worker``: the sidecar worker
+        process's index, in the files' names)."""
         holder: list[AuditRecorder] = []
 
         def current_broker() -> int:
@@ -284,7 +285,7 @@ class AuditRecorder:
             return known if known >= 0 else broker_id
 
         sink = ParquetSink(
-            settings.directory, schema_for(version), broker_id=current_broker,
+            settings.directory, schema_for(version), broker_id=current_broker, worker=worker,
             flush_interval=settings.flush_interval, roll_rows=settings.roll_rows,
             roll_bytes=settings.roll_bytes, roll_age=settings.roll_age, metrics=metrics,
         )

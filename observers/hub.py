@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 
 #: The GIL switch interval while observers run (seconds; CPython's default is 0.005).
 SWITCH_INTERVAL = 0.0002
+#: Worker ``w``'s request ids start at ``w << WORKER_ID_SHIFT`` + 1: each worker process of a
+#: sidecar has its own hub, and disjoint ids keep the audit's request key
+#: (``sidecar_broker_id``, ``request_id``, ``time``) unique across them.
+WORKER_ID_SHIFT = 48
 
 
 class ObserverHub:
@@ -56,13 +60,14 @@ class ObserverHub:
         registry: CollectorRegistry | None = None,
         *,
         clock: Clock = time.time,
+        worker: int = 0,
     ) -> None:
         self.clock = clock
         self.metrics = HubMetrics(registry)
         self.workers = [
             Worker(o, name, s, apis, self.metrics, clock=clock) for o, name, s in observers
         ]
-        self.request_ids = itertools.count(1)
+        self.request_ids = itertools.count((worker << WORKER_ID_SHIFT) + 1)
         self.connection_ids = itertools.count(1)
         self.closed = False
         self._started = False
@@ -71,8 +76,9 @@ class ObserverHub:
     def load(
         cls, names: str, config: ObserverConfig, apis: ApiRegistry, *, clock: Clock = time.time
     ) -> ObserverHub:
-        """Import, construct and configure the observers named in ``names``."""
-        return cls(load(names, config), apis, config.registry, clock=clock)
+        """Import, construct and configure the observers named in ``names`` (in the sidecar
+        worker process ``config.worker``)."""
+        return cls(load(names, config), apis, config.registry, clock=clock, worker=config.worker)
 
     def start(self) -> None:
         """Start the worker threads (and shorten the GIL switch interval, see below)."""

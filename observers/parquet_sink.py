@@ -11,15 +11,27 @@ interval's worth.
 A journal is *rolled* into Parquet when it reaches ``roll_rows`` rows or ``roll_bytes``
 bytes (its Arrow size, before Parquet's encoding and compression), when it is
 ``roll_age`` seconds old, and on close: its batches are written to a hidden
-``.part-….parquet.tmp``, fsynced, renamed to ``part-<broker>-<unix ms>-<seq>.parquet``
-(an atomic rename within one directory) and the journal is deleted. Hidden names
-(leading dot) are skipped by Spark's and pyarrow's dataset discovery, so readers list
-only complete files.
+``.part-….parquet.tmp``, fsynced, renamed to
+``part-<broker>-w<worker>-<unix ms>-<pid>-<seq>.parquet`` (an atomic rename within one
+directory) and the journal is deleted. ``<worker>`` is the sidecar worker process's index
+(``sidecar.workers``; 0 for a single-process sidecar): the workers of one sidecar write into
+the same directory, each its own files. Hidden names (leading dot) are skipped by Spark's
+and pyarrow's dataset discovery, so readers list only complete files.
 
-Recovery. A journal is locked (``flock``) while its writer lives. :meth:`ParquetSink.recover`,
-run when a sink starts, rolls every journal nobody holds the lock on (left by a killed
-process) and removes stray temporary files, so the rows a killed sidecar had flushed
-become visible when the next one starts.
+Recovery. A journal is locked (``flock``, exclusive) by its writer from before it has its
+name until it is rolled: it is created as ``.part-….journal.new``, locked, then renamed,
+so no other process ever finds a journal of a live writer unlocked. The lock belongs to
+the open file, so it ends with the writer however it ends. :meth:`ParquetSink.recover`,
+run when a sink starts (a sidecar, or each worker of one, all sharing the directory),
+rolls only the journals whose lock it takes without waiting (left by a process that
+died; a live worker's are skipped) and removes stray temporary files, so the rows a
+killed sidecar had flushed become visible when the next one starts. Two recoveries at once
+never complete one journal twice: the second takes the lock only once the first has
+renamed the Parquet file, and then finds it there.
+
+Metrics. The gauges are set where their value changes (flush, roll, tick), not read by a
+callback at scrape time: in a multi-worker sidecar the scrape is served by another
+process (prometheus_client's multiprocess mode, :mod:`proxy.control.metrics_page`).
 """
 
 from __future__ import annotations
@@ -43,7 +55,11 @@ log = logging.getLogger(__name__)
 MAX_BUFFERED_ROWS = 100_000
 _HOUR_US = 3_600_000_000
 JOURNAL_SUFFIX = ".journal"
+#: A journal being created (not yet locked): recovery never opens one.
+NEW_SUFFIX = ".journal.new"
 TMP_SUFFIX = ".parquet.tmp"
+#: Seconds after which an unlocked ``.journal.new`` is a dead creator's (it holds no rows).
+STALE_NEW_AGE = 60.0
 
 
 class SinkMetrics:
@@ -56,19 +72,22 @@ class SinkMetrics:
             registry=r)
         self.files_written = Counter(
             "ksidecar_audit_files_written", "Completed audit Parquet files.", registry=r)
+        # livesum: each worker's sink holds its own rows.
         self.buffered_rows = Gauge(
             "ksidecar_audit_buffered_rows", "Audit rows not yet in a completed file (in memory "
-            "or in a journal).", registry=r)
+            "or in a journal).", multiprocess_mode="livesum", registry=r)
+        # livemin: the stalest of the workers' sinks, so that KsidecarAuditSinkBehind
+        # (deploy/prometheus/alerts.yml) sees one worker's sink stuck while others flush.
         self.last_flush = Gauge(
             "ksidecar_audit_last_flush_timestamp_seconds", "Unix time of the last successful "
-            "flush of buffered audit rows to disk.", registry=r)
+            "flush of buffered audit rows to disk.", multiprocess_mode="livemin", registry=r)
 
 
 @dataclass
 class _Journal:
     """The open journal of one partition."""
 
-    base: str  # "part-<broker>-<ms>-<seq>"
+    base: str  # "part-<broker>-w<worker>-<ms>-<pid>-<seq>"
     directory: Path
     file: IO[bytes]
     writer: Any
@@ -95,6 +114,7 @@ class ParquetSink:
         schema: pa.Schema,
         *,
         broker_id: Callable[[], int],
+        worker: int = 0,
         flush_interval: float = 1.0,
         roll_rows: int = 1_000_000,
         roll_bytes: int = 128 << 20,
@@ -105,6 +125,8 @@ class ParquetSink:
         self.directory = Path(directory)
         self.schema = schema
         self.broker_id = broker_id
+        #: The sidecar worker process's index, in every file name (module docstring).
+        self.worker = worker
         self.flush_interval = flush_interval
         self.roll_rows = roll_rows
         self.roll_bytes = roll_bytes
@@ -118,8 +140,7 @@ class ParquetSink:
         self._last_flush = clock()
         self.files_written: list[Path] = []
         self.directory.mkdir(parents=True, exist_ok=True)
-        # Read when scraped: keeping a gauge current per row cost a lock per row.
-        self.metrics.buffered_rows.set_function(self.buffered)
+        self._publish()
 
     # -- writing ---------------------------------------------------------------------
 
@@ -144,6 +165,7 @@ class ParquetSink:
         for hour, journal in list(self._journals.items()):
             if now - journal.opened >= self.roll_age:
                 self._roll(hour)
+        self._publish()
 
     def flush(self) -> None:
         """Append buffered rows to their partitions' journals (survives a killed process)."""
@@ -162,12 +184,14 @@ class ParquetSink:
         now = self.clock()
         self._last_flush = now
         self.metrics.last_flush.set(now)
+        self._publish()
 
     def close(self) -> None:
         """Flush and roll everything: every row ends in a visible file."""
         self.flush()
         for hour in list(self._journals):
             self._roll(hour)
+        self._publish()
 
     def change_schema(self, schema: pa.Schema) -> None:
         """Write rows of ``schema`` from now on. The rows buffered so far (of the old schema)
@@ -185,12 +209,21 @@ class ParquetSink:
         directory.mkdir(parents=True, exist_ok=True)
         while True:  # never reuse a name, whatever the clock did
             self._seq += 1
-            base = f"part-{self.broker_id()}-{int(self.clock() * 1000)}-{os.getpid()}-{self._seq:05d}"
+            base = (f"part-{self.broker_id()}-w{self.worker}-{int(self.clock() * 1000)}-"
+                    f"{os.getpid()}-{self._seq:05d}")
             path = directory / f".{base}{JOURNAL_SUFFIX}"
-            if not path.exists() and not (directory / f"{base}.parquet").exists():
+            creating = directory / f".{base}{NEW_SUFFIX}"
+            if not any(p.exists() for p in (path, creating, directory / f"{base}.parquet")):
                 break
-        file = open(path, "wb")  # noqa: SIM115 - closed when rolled
-        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Locked before it bears a journal's name (module docstring, "Recovery").
+        file = open(creating, "xb")  # noqa: SIM115 - closed when rolled
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(creating, path)
+        except BaseException:
+            file.close()
+            creating.unlink(missing_ok=True)
+            raise
         writer = pa.ipc.new_stream(file, self.schema)
         journal = self._journals[hour] = _Journal(base, directory, file, writer, self.clock())
         return journal
@@ -213,17 +246,27 @@ class ParquetSink:
         """Rows not yet in a completed file (in memory or in a journal)."""
         return len(self._buffer) + self._journal_rows
 
+    def _publish(self) -> None:
+        """Set ``ksidecar_audit_buffered_rows`` (per flush, roll and tick, not per row: a
+        set takes a lock)."""
+        self.metrics.buffered_rows.set(self.buffered())
+
     # -- recovery --------------------------------------------------------------------
 
     def recover(self) -> int:
-        """Roll journals left by dead writers; return the rows recovered."""
+        """Roll journals left by dead writers (those whose lock is free; a live writer's,
+        in this process or another, is left alone); return the rows recovered."""
         recovered = 0
         for path in sorted(self.directory.glob(f"dt=*/hour=*/.part-*{JOURNAL_SUFFIX}")):
-            with open(path, "rb") as probe:
+            try:
+                probe = open(path, "rb")  # noqa: SIM115 - closed below
+            except FileNotFoundError:
+                continue  # rolled by its writer, or recovered by another process, meanwhile
+            with probe:
                 try:
                     fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    continue  # a live writer's
+                    continue  # a live writer's (or another recovery's)
                 base = path.name[1 : -len(JOURNAL_SUFFIX)]
                 written = _complete(path, path.parent, base)
             if written is not None:
@@ -235,6 +278,8 @@ class ParquetSink:
             journal = tmp.with_name(tmp.name[: -len(TMP_SUFFIX)] + JOURNAL_SUFFIX)
             if not journal.exists():
                 tmp.unlink(missing_ok=True)
+        for new in self.directory.glob(f"dt=*/hour=*/.part-*{NEW_SUFFIX}"):
+            _remove_stale_new(new, time.time())  # file times are real times
         return recovered
 
 
@@ -280,6 +325,19 @@ def _complete(path: Path, directory: Path, base: str) -> tuple[Path, int] | None
     _fsync_dir(directory)
     path.unlink(missing_ok=True)
     return final, rows
+
+
+def _remove_stale_new(path: Path, now: float) -> None:
+    """Remove a ``.journal.new`` whose creator died between creating and renaming it (it
+    holds no rows). A young one may be a live writer's that has not locked it yet: left."""
+    try:
+        if now - path.stat().st_mtime < STALE_NEW_AGE:
+            return
+        with open(path, "rb") as probe:
+            fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink(missing_ok=True)
+    except (BlockingIOError, FileNotFoundError):
+        pass
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -28,16 +28,20 @@ def load_hub(
     config: SidecarConfig, apis: ApiRegistry, registry: CollectorRegistry, broker_id: int,
     feature_level: Callable[[str], int] | None = None,
     topic_name: Callable[[uuid.UUID], str | None] | None = None,
+    *, worker: int = 0,
 ) -> ObserverHub | None:
     """The hub of the observers ``observer.class.names`` names; ``None`` for none.
     ``feature_level`` reads the fleet's finalized features (``ObserverConfig.feature_level``),
-    ``topic_name`` the broker's name of a topic id (``ObserverConfig.topic_name``)."""
+    ``topic_name`` the broker's name of a topic id (``ObserverConfig.topic_name``),
+    ``worker`` is the index of the sidecar worker process the hub runs in
+    (``ObserverConfig.worker``; 0 in a single-process sidecar)."""
     names: str = config["observer.class.names"]
     if not names.strip():
         return None
     observer_config = ObserverConfig(
         observer_entries(config),
         broker_id=broker_id,
+        worker=worker,
         registry=registry,
         context={key: str(config[key]) for key in CONTEXT_KEYS},
         feature_level=feature_level,

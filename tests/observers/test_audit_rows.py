@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow.dataset as ds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
@@ -26,6 +27,7 @@ from protocol.apis import DEFAULT_REGISTRY
 from protocol.headers import decode_request_header, encode_response_header
 from protocol.schema import encode
 from protocol.spec import MessageSpec
+from spark_jobs.common import REQUEST_KEY
 from tests.bench.kafka import record_batch
 from tests.protocol.strategies import message_values
 from tests.proxy.wire import request_frame
@@ -41,12 +43,13 @@ def response_frame(api_key: int, version: int, correlation_id: int, body: dict[s
 class Harness:
     """An audit observer behind a hub that is never started: deliveries run here."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, worker: int = 0) -> None:
         self.registry = CollectorRegistry()
         self.audit = AuditObserver()
         self.audit.configure(ObserverConfig({"observer.audit.dir": str(directory)},
-                                            registry=self.registry))
-        self.hub = ObserverHub([(self.audit, "audit", Settings())], DEFAULT_REGISTRY, self.registry)
+                                            registry=self.registry, worker=worker))
+        self.hub = ObserverHub([(self.audit, "audit", Settings())], DEFAULT_REGISTRY, self.registry,
+                               worker=worker)
         self.tap = self.hub.tap("PLAINTEXT", "10.1.2.3", 40000, 2)
         assert isinstance(self.audit.audit, ThreadAudit) and self.audit.audit.recorder is not None
         self.sink = self.audit.audit.recorder.sink
@@ -169,6 +172,32 @@ def test_the_worker_flushes_on_tick(tmp_path: Path) -> None:
     assert list(tmp_path.rglob(".part-*.journal"))
     h.audit.close(1)
     assert len(list(tmp_path.rglob("part-*.parquet"))) == 1
+
+
+def test_two_workers_files_hold_every_request_once_under_distinct_request_keys(tmp_path: Path) -> None:
+    """The workers of one sidecar audit into one directory, each with its own hub: the same
+    requests at the same microsecond in both (the worst case) stay six requests for the
+    Spark jobs, which count ``first_row`` rows and group rows by the request key."""
+    workers = [Harness(tmp_path, worker=0), Harness(tmp_path, worker=1)]
+    batch = record_batch(1, 10)
+    for h in workers:
+        for correlation in (1, 2, 3):
+            request = request_frame(0, 9, correlation, {
+                "TransactionalId": None, "Acks": 1, "TimeoutMs": 1000, "TopicData": [
+                    {"Name": "t", "PartitionData": [{"Index": 0, "Records": batch},
+                                                    {"Index": 1, "Records": batch}]}]})
+            response = response_frame(0, 9, correlation, {"Responses": [
+                {"Name": "t", "PartitionResponses": [{"Index": 0, "ErrorCode": 0},
+                                                     {"Index": 1, "ErrorCode": 0}]}]})
+            assert len(h.exchange(request, response)) == 2
+        h.audit.close(5)
+    names = sorted(p.name for p in tmp_path.rglob("part-*.parquet"))
+    assert [n.split("-")[2] for n in names] == ["w0", "w1"]
+    table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == 2 * 3 * 2  # workers × requests × partitions
+    assert sum(table.column("first_row").to_pylist()) == 2 * 3
+    keys = table.group_by(list(REQUEST_KEY)).aggregate([("first_row", "count")])
+    assert keys.num_rows == 2 * 3 and set(keys.column("first_row_count").to_pylist()) == {2}
 
 
 def test_produce_v13_names_topics_by_id_once_metadata_taught_them(tmp_path: Path) -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import multiprocessing
 import os
+import re
+import time
+from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from observers.audit_schema import AUDIT_SCHEMA, COLUMNS, schema_for
-from observers.parquet_sink import ParquetSink
+from observers.parquet_sink import STALE_NEW_AGE, ParquetSink
 
 #: 2026-03-04 05:59:59 UTC, in microseconds: the next second is another hour.
 T0 = int(dt.datetime(2026, 3, 4, 5, 59, 59, tzinfo=dt.UTC).timestamp()) * 1_000_000
@@ -151,3 +155,81 @@ def test_a_journal_of_an_older_schema_becomes_a_file_of_its_own_schema(tmp_path:
     written = pq.read_schema(path)
     assert written.metadata[VERSION_KEY.encode()] == b"1" and 1 in READABLE_VERSIONS
     assert written.names == list(AUDIT_SCHEMA.names)[:24]
+
+
+# -- worker processes of one sidecar, one directory ---------------------------------------
+
+
+def live_worker(directory: str, ready: Event, finish: Event) -> None:
+    """Worker 1: five rows flushed to its journal (locked), held open until ``finish``."""
+    s = ParquetSink(Path(directory), AUDIT_SCHEMA, broker_id=lambda: 1, worker=1)
+    s.add([row(i) for i in range(5)])
+    s.flush()
+    ready.set()
+    if finish.wait(30):
+        s.close()
+
+
+def dying_worker(directory: str) -> None:
+    """Worker 2: three rows flushed to its journal, then the process dies (no close)."""
+    s = ParquetSink(Path(directory), AUDIT_SCHEMA, broker_id=lambda: 1, worker=2)
+    s.add([row(i) for i in range(10, 13)])
+    s.flush()
+    os._exit(0)
+
+
+def test_a_starting_worker_recovers_a_dead_workers_journal_and_never_a_live_ones(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("forkserver")
+    ready, finish = context.Event(), context.Event()
+    live = context.Process(target=live_worker, args=(str(tmp_path), ready, finish))
+    dying = context.Process(target=dying_worker, args=(str(tmp_path),))
+    live.start()
+    dying.start()
+    try:
+        assert ready.wait(30)
+        dying.join(30)
+        assert dying.exitcode == 0
+        journals = {p.name for p in tmp_path.rglob(".part-*.journal")}
+        assert len(journals) == 2 and visible(tmp_path) == []
+        (live_journal,) = (name for name in journals if "-w1-" in name)
+
+        starting = ParquetSink(tmp_path, AUDIT_SCHEMA, broker_id=lambda: 1, worker=0)
+        assert starting.recover() == 3  # the dead worker's rows, not the live one's
+        assert {p.name for p in tmp_path.rglob(".part-*.journal")} == {live_journal}
+        (recovered,) = visible(tmp_path)
+        assert re.fullmatch(r"part-1-w2-\d+-\d+-00001\.parquet", recovered.name)
+        assert pq.read_table(recovered).column("correlation_id").to_pylist() == [10, 11, 12]
+        assert starting.recover() == 0  # nothing twice
+    finally:
+        finish.set()
+        live.join(30)
+    assert live.exitcode == 0
+    assert hidden(tmp_path) == []
+    names = sorted(p.name for p in visible(tmp_path))
+    assert [n.split("-")[2] for n in names] == ["w1", "w2"]
+    # Every row exactly once, as a reader that lists the directory sees it.
+    table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
+    assert sorted(table.column("correlation_id").to_pylist()) == [0, 1, 2, 3, 4, 10, 11, 12]
+
+
+def test_a_journal_being_created_is_left_alone_and_a_dead_creators_is_removed(tmp_path: Path) -> None:
+    """A journal is locked before it gets its name (``.journal.new`` until then): recovery
+    removes only an unlocked ``.new`` old enough to be a dead creator's (it holds no rows)."""
+    part = tmp_path / "dt=2026-03-04" / "hour=05"
+    part.mkdir(parents=True)
+    young = part / ".part-1-w0-1-1-00001.journal.new"
+    old = part / ".part-1-w0-1-1-00002.journal.new"
+    young.write_bytes(b"")
+    old.write_bytes(b"")
+    past = time.time() - STALE_NEW_AGE - 1
+    os.utime(old, (past, past))
+    assert sink(tmp_path, Clock()).recover() == 0
+    assert hidden(tmp_path) == [young]
+
+
+def test_file_names_carry_the_worker(tmp_path: Path) -> None:
+    s = sink(tmp_path, Clock(), worker=3)
+    s.add([row(0)])
+    s.close()
+    (path,) = visible(tmp_path)
+    assert re.fullmatch(rf"part-1-w3-1000000-{os.getpid()}-00001\.parquet", path.name)
