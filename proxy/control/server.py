@@ -174,7 +174,7 @@ class Sidecar:
         #: Observers (KIP-388), or ``None`` when ``observer.class.names`` is empty.
         self.observers = None if role is Role.SUPERVISOR else load_hub(
             config, self.registry, self.metrics.registry, self.broker_id, self.feature_level,
-            self.topics.lookup_blocking)
+            self.topics.lookup_blocking, worker=worker)
         #: Kafka ACLs in ZooKeeper (``sidecar.authorizer=acls``; the key table refuses it
         #: without ZooKeeper), else ``None``.
         self.acls: AclState | None = None
@@ -592,9 +592,7 @@ class Sidecar:
         """
         timeout = self.config["sidecar.shutdown.drain.ms"] / 1000 if deadline is None else deadline
         started = trio.current_time()
-        self.draining = True
-        for scope in self._listener_scopes:
-            scope.cancel()
+        self.stop_accepting()
         pending = self.unanswered()
         log.info("draining %d connection(s) with %d request(s) in flight", len(self.connections), pending)
         for connection in list(self.connections):
@@ -609,10 +607,21 @@ class Sidecar:
                 "drain deadline (%g s) passed: abandoning %d unanswered request(s) on %d connection(s)",
                 timeout, abandoned, len(self.connections),
             )
+        elif self.role is Role.WORKER:  # the supervisor logs the sidecar's line
+            log.info("this worker's connections ended in %.3f s, every request read answered",
+                     trio.current_time() - started)
         else:
-            log.info(
-                "drained in %.3f s: every request read was answered (forwarded %d, broker "
-                "answers %d, over the sidecar's life)", trio.current_time() - started,
-                self.forwarded_total, self.broker_answers_total,
-            )
+            log_drained(trio.current_time() - started, self.forwarded_total, self.broker_answers_total)
         return abandoned
+
+    def stop_accepting(self) -> None:
+        """Close the listeners (a drain's first step); connections go on."""
+        self.draining = True
+        for scope in self._listener_scopes:
+            scope.cancel()
+
+
+def log_drained(seconds: float, forwarded: int, broker_answers: int) -> None:
+    """The line a complete drain ends with (what operators and tests look for)."""
+    log.info("drained in %.3f s: every request read was answered (forwarded %d, broker answers %d, over the "
+             "sidecar's life)", seconds, forwarded, broker_answers)

@@ -51,7 +51,7 @@ from proxy.control.calls import serve_calls
 from proxy.control.http import serve_http
 from proxy.control.metrics_page import mark_dead, page_registry
 from proxy.control.owner import OwnerService
-from proxy.control.server import Role, Sidecar
+from proxy.control.server import Role, Sidecar, log_drained
 from proxy.control.worker import worker_main
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 RESTART_BACKOFF = 1.0
 #: How long a stop (a second signal) waits for each worker's count of abandoned requests.
 STOP_WAIT = 2.0
+#: How long the messages a worker sent before it exited may take to be read.
+LAST_WORDS = 1.0
 #: Beyond the drain deadline, how long a draining worker may take to flush its observers
 #: and exit before it is killed.
 EXIT_MARGIN = 5.0
@@ -94,6 +96,9 @@ class WorkerSlot:
     restarts: int = 0
     #: The requests the worker's drain abandoned, once it reported (``None`` before).
     abandoned: int | None = None
+    #: Requests the worker's connections forwarded, and answers the broker gave, at its drain.
+    forwarded: int = 0
+    broker_answers: int = 0
     #: Set once the slot's current process has exited and its connections were released.
     exited: trio.Event = field(default_factory=trio.Event)
 
@@ -182,8 +187,11 @@ class Supervisor:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(serve_calls, calls, self.owner.answer, f"worker {worker.index}")
-                nursery.start_soon(self._listen, worker, channel)
+                heard_all = trio.Event()
+                nursery.start_soon(self._listen, worker, channel, heard_all)
                 await trio.lowlevel.wait_readable(process.sentinel)
+                with trio.move_on_after(LAST_WORDS):  # what it said before exiting (its drain's count)
+                    await heard_all.wait()
                 nursery.cancel_scope.cancel()
         finally:
             was_ready = worker.ready
@@ -206,8 +214,8 @@ class Supervisor:
                           process.exitcode, lost)
         return was_ready
 
-    async def _listen(self, worker: WorkerSlot, channel: trio.socket.SocketType) -> None:
-        """What the worker tells: ready, a connection closed, its drain's count."""
+    async def _listen(self, worker: WorkerSlot, channel: trio.socket.SocketType, heard_all: trio.Event) -> None:
+        """What the worker tells, until its end closes: ready, a connection closed, its drain's count."""
         while (received := await handoff.receive(channel)) is not None:
             message, fd = received
             if fd is not None:  # workers never send sockets
@@ -223,6 +231,9 @@ class Supervisor:
                     done.set()
             elif op == "drained":
                 worker.abandoned = int(message["abandoned"])
+                worker.forwarded = int(message.get("forwarded", 0))
+                worker.broker_answers = int(message.get("broker_answers", 0))
+        heard_all.set()
 
     async def _least_loaded(self) -> WorkerSlot:
         """The ready worker serving the fewest connections (waits while none is ready)."""
@@ -258,9 +269,16 @@ class Supervisor:
     async def drain(self) -> int:
         """Stop accepting, have every worker drain, wait for them to exit; the count abandoned."""
         self.stopping = True
-        await self.sidecar.drain()  # stops accepting; the supervisor has no connection of its own
+        started = trio.current_time()
+        self.sidecar.stop_accepting()
+        log.info("draining %d worker(s) serving %d connection(s)", len(self.workers),
+                 sum(len(worker.connections) for worker in self.workers))
         deadline = self.config["sidecar.shutdown.drain.ms"] / 1000 + self.config["observer.close.timeout.ms"] / 1000
-        return await self._ask_all("drain", deadline + EXIT_MARGIN)
+        abandoned = await self._ask_all("drain", deadline + EXIT_MARGIN)
+        if not abandoned and all(worker.abandoned == 0 for worker in self.workers):
+            log_drained(trio.current_time() - started, sum(worker.forwarded for worker in self.workers),
+                        sum(worker.broker_answers for worker in self.workers))
+        return abandoned
 
     async def stop(self) -> int:
         """Stop every worker at once (a second signal); the count of requests abandoned."""

@@ -60,7 +60,9 @@ async def _serve(index: int, config: SidecarConfig, bound: dict[str, HostPort], 
                     connections.start_soon(_serve_one, sidecar, channel, fd, message)
                 elif op == "drain":
                     abandoned = await sidecar.drain()
-                    await handoff.send(channel, {"op": "drained", "abandoned": abandoned})
+                    await handoff.send(channel, {"op": "drained", "abandoned": abandoned,
+                                                 "forwarded": sidecar.forwarded_total,
+                                                 "broker_answers": sidecar.broker_answers_total})
                     break
                 elif op == "stop":
                     await handoff.send(channel, {"op": "drained", "abandoned": sidecar.unanswered()})

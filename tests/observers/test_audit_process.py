@@ -69,6 +69,8 @@ def keys(audit_dir: Path, isolation: str) -> dict[str, str]:
         "observer.audit.dir": str(audit_dir),
         "observer.audit.flush.interval.ms": str(FLUSH_MS),
         "observer.audit.roll.ms": "1000",
+        # One process: these tests read the sidecar's own children (the audit process).
+        "sidecar.workers": "1",
     }
 
 
