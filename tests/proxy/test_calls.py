@@ -1,0 +1,155 @@
+"""The worker-to-owner call channel (proxy/control/calls.py): its codec and both ends, on
+trio's virtual clock over memory streams."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.control import calls
+from proxy.control.calls import ChannelError, Decoder, OwnerClient, serve_calls
+from proxy.local.api import Close, Respond
+from proxy.local.remote import RemoteCall
+
+CALL = RemoteCall(listener="PLAINTEXT", peer=("127.0.0.9", 40000), principal="User:alice",
+                  client_software=("librdkafka", "2.3.0"), api_key=12, api_version=4, correlation_id=7,
+                  client_id="c1", body=b"\x00\x01body")
+
+
+def test_a_call_message_is_its_fields_and_its_body_by_hand() -> None:
+    message = calls.call_message(5, CALL)
+    size, kind, call_id, meta_size = struct.unpack_from(">IBII", message)
+    assert (kind, call_id) == (1, 5)
+    assert size == len(message) - 4
+    meta = json.loads(message[13:13 + meta_size])
+    assert meta == {"l": "PLAINTEXT", "h": "127.0.0.9", "p": 40000, "u": "User:alice",
+                    "s": ["librdkafka", "2.3.0"], "k": 12, "v": 4, "c": 7, "i": "c1"}
+    assert message[13 + meta_size:] == b"\x00\x01body"
+    [decoded] = list(Decoder().feed(message))
+    assert calls.read_call(decoded) == CALL
+
+
+def test_answers_round_trip_respond_and_close_with_a_last_answer() -> None:
+    respond = Respond(body=b"\x00\x00", version=3)
+    close = Close(reason="bad_request", detail="no", answer=Respond(body=b"\x01", version=None), linger=0.5)
+    bare = Close(reason="owner_error", detail="boom")
+    for answer in (respond, close, bare):
+        [message] = list(Decoder().feed(calls.answer_message(9, answer)))
+        assert message.call_id == 9
+        assert calls.read_answer(message) == answer
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), max_size=30))
+def test_messages_split_anywhere_decode_the_same(cuts: list[int]) -> None:
+    stream = calls.call_message(1, CALL) + calls.encode(calls.CANCEL, 2) + calls.answer_message(3, Respond(body=b"x"))
+    decoder, at = Decoder(), 0
+    got: list[calls.Message] = []
+    for cut in cuts:
+        got.extend(decoder.feed(stream[at:at + cut]))
+        at += cut
+    got.extend(decoder.feed(stream[at:]))
+    assert [(m.kind, m.call_id) for m in got] == [(1, 1), (2, 2), (3, 3)]
+
+
+@given(st.binary(max_size=200))
+def test_garbage_is_a_channel_error_or_waits_for_more_never_another_error(data: bytes) -> None:
+    try:
+        for message in Decoder().feed(data):
+            if message.kind == calls.CALL:
+                calls.read_call(message)
+            elif message.kind == calls.ANSWER:
+                calls.read_answer(message)
+    except ChannelError:
+        pass
+
+
+def test_a_bad_head_is_refused() -> None:
+    with pytest.raises(ChannelError, match="kind 9"):
+        list(Decoder().feed(struct.pack(">IBI", 5, 9, 1)))
+    with pytest.raises(ChannelError, match="size"):
+        list(Decoder().feed(struct.pack(">IBI", calls.MAX_MESSAGE + 1, 1, 1)))
+
+
+async def test_calls_are_answered_out_of_order_and_a_cancelled_call_is_cancelled_at_the_owner(
+        autojump_clock: trio.testing.MockClock) -> None:
+    worker_end, owner_end = trio.testing.memory_stream_pair()
+    cancelled: list[int] = []
+
+    async def answer(call: RemoteCall) -> Respond | Close:
+        try:
+            await trio.sleep(call.correlation_id)  # a later correlation id answers later
+        except trio.Cancelled:
+            cancelled.append(call.correlation_id)
+            raise
+        return Respond(body=call.body, version=call.correlation_id)
+
+    client = OwnerClient(worker_end)
+    order: list[int] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_calls, owner_end, answer, "worker 0")
+        nursery.start_soon(client.run)
+
+        async def one(correlation_id: int) -> None:
+            got = await client.call(_call(correlation_id))
+            assert got == Respond(body=b"%d" % correlation_id, version=correlation_id)
+            order.append(correlation_id)
+
+        async with trio.open_nursery() as calls_made:
+            calls_made.start_soon(one, 30)
+            calls_made.start_soon(one, 10)
+            with trio.move_on_after(5):  # given up on: the owner hears of it
+                await client.call(_call(20))
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert order == [10, 30]
+    assert cancelled == [20]
+
+
+async def test_when_the_owner_is_gone_a_waiting_call_and_later_ones_close_their_connection(
+        autojump_clock: trio.testing.MockClock) -> None:
+    worker_end, owner_end = trio.testing.memory_stream_pair()
+    client = OwnerClient(worker_end)
+    results: list[Respond | Close] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+
+        async def waiting() -> None:
+            results.append(await client.call(_call(1)))
+
+        nursery.start_soon(waiting)
+        await trio.sleep(1)
+        await owner_end.aclose()
+    assert len(results) == 1 and isinstance(results[0], Close) and results[0].reason == "owner_unreachable"
+    later = await client.call(_call(2))
+    assert isinstance(later, Close) and later.reason == "owner_unreachable"
+
+
+async def test_a_handler_that_raises_costs_its_request_only(autojump_clock: trio.testing.MockClock) -> None:
+    worker_end, owner_end = trio.testing.memory_stream_pair()
+
+    async def answer(call: RemoteCall) -> Respond | Close:
+        if call.correlation_id == 1:
+            raise RuntimeError("a bug")
+        return Respond(body=b"ok")
+
+    client = OwnerClient(worker_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_calls, owner_end, answer, "worker 0")
+        nursery.start_soon(client.run)
+        failed = await client.call(_call(1))
+        fine = await client.call(_call(2))
+        nursery.cancel_scope.cancel()
+    assert isinstance(failed, Close) and failed.reason == "owner_error" and "a bug" in failed.detail
+    assert fine == Respond(body=b"ok")
+
+
+def _call(correlation_id: int) -> RemoteCall:
+    return RemoteCall(listener="PLAINTEXT", peer=("127.0.0.1", 1), principal="User:ANONYMOUS",
+                      client_software=None, api_key=12, api_version=4, correlation_id=correlation_id,
+                      client_id=None, body=b"%d" % correlation_id)

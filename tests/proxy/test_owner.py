@@ -1,0 +1,144 @@
+"""The owner's side of a remote local-API call (proxy/control/owner.py), the table's remote
+entries (proxy/local/remote.py), the hand-off channel (proxy/control/handoff.py) and the
+worker count (proxy/control/supervisor.py), without processes."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from protocol.apis import DESCRIBE_CLIENT_QUOTAS, FIND_COORDINATOR, ApiRegistry
+from protocol.headers import RequestHeader
+from protocol.leniency import Leniency
+from protocol.schema import decode, encode
+from proxy.control import handoff
+from proxy.control.owner import OwnerService
+from proxy.control.quota_state import IpQuotas
+from proxy.control.supervisor import worker_count
+from proxy.local.api import Close, Context, Later, LocalRequest, Respond
+from proxy.local.api_versions import ApiVersionsApi
+from proxy.local.ports import Ports, UpstreamInfo
+from proxy.local.remote import RemoteCall
+from proxy.local.table import TableSpec, build_table
+
+REGISTRY = ApiRegistry()
+
+
+class _Upstream:
+    info: UpstreamInfo | None = None
+
+
+class _Brokers:
+    def broker_entries(self, listener: str) -> tuple[Any, list[Any]]:
+        raise AssertionError("not asked")
+
+
+def _ports() -> Ports:
+    return Ports(upstream=_Upstream(), brokers=_Brokers(), quotas=IpQuotas(0.0, {"127.0.0.7": 5.0}, None))
+
+
+def _describe_ip(ip: str) -> bytes:
+    api = REGISTRY.api(DESCRIBE_CLIENT_QUOTAS)
+    return encode(api.request, 1, {"Components": [{"EntityType": "ip", "MatchType": 0, "Match": ip}],
+                                   "Strict": False})
+
+
+def _call(api_key: int, body: bytes, version: int = 1) -> RemoteCall:
+    return RemoteCall(listener="PLAINTEXT", peer=("127.0.0.1", 5), principal="User:ANONYMOUS",
+                      client_software=None, api_key=api_key, api_version=version, correlation_id=3,
+                      client_id="admin", body=body)
+
+
+async def test_the_owner_answers_with_the_handler_and_encodes_the_body() -> None:
+    owner = OwnerService(REGISTRY, TableSpec(), _ports(), Leniency())
+    answer = await owner.answer(_call(DESCRIBE_CLIENT_QUOTAS, _describe_ip("127.0.0.7")))
+    assert isinstance(answer, Respond) and isinstance(answer.body, bytes)
+    body = decode(REGISTRY.api(DESCRIBE_CLIENT_QUOTAS).response, 1, answer.body)
+    assert body["ErrorCode"] == 0
+    [entry] = body["Entries"]
+    assert [(e["EntityType"], e["EntityName"]) for e in entry["Entity"]] == [("ip", "127.0.0.7")]
+    assert [(v["Key"], v["Value"]) for v in entry["Values"]] == [("connection_creation_rate", 5.0)]
+
+
+async def test_the_owner_closes_for_what_it_does_not_own_and_for_an_unreadable_body() -> None:
+    owner = OwnerService(REGISTRY, TableSpec(), _ports(), Leniency())
+    not_owned = await owner.answer(_call(FIND_COORDINATOR, b""))  # groups not embedded here
+    assert isinstance(not_owned, Close) and not_owned.reason == "owner_refused"
+    unreadable = await owner.answer(_call(DESCRIBE_CLIENT_QUOTAS, b"\x00\x00\x00\x09"))
+    assert isinstance(unreadable, Close) and unreadable.reason == "bad_request"
+
+
+async def test_a_workers_table_sends_the_owned_apis_and_keeps_its_own() -> None:
+    sent: list[RemoteCall] = []
+
+    class Owner:
+        async def call(self, request: RemoteCall) -> Respond | Close:
+            sent.append(request)
+            return Respond(body=b"answered")
+
+    local = build_table(REGISTRY, TableSpec(groups=True))
+    remote = build_table(REGISTRY, TableSpec(groups=True, owner=Owner()))
+    assert remote.served() == local.served()  # ApiVersions advertises the same either way
+    entry = remote.get(DESCRIBE_CLIENT_QUOTAS)
+    assert entry is not None and entry.decode is False
+    header = RequestHeader(api_key=DESCRIBE_CLIENT_QUOTAS, api_version=1, correlation_id=11, client_id="x",
+                           header_version=2, size=0)
+    context = Context(listener="SASL", peer=("10.0.0.1", 9), ports=_ports(), principal="User:bob",
+                      client_software=("kcat", "1.7"))
+    later = entry.handler(LocalRequest(header=header, body=None, raw=b"raw body"), context)
+    assert isinstance(later, Later) and not later.hold
+    assert await later.answer() == Respond(body=b"answered")
+    assert sent == [RemoteCall(listener="SASL", peer=("10.0.0.1", 9), principal="User:bob",
+                               client_software=("kcat", "1.7"), api_key=DESCRIBE_CLIENT_QUOTAS, api_version=1,
+                               correlation_id=11, client_id="x", body=b"raw body")]
+    versions = remote.get(18)  # ApiVersions stays in the worker
+    assert versions is not None and isinstance(getattr(versions.handler, "__self__", None), ApiVersionsApi)
+
+
+async def test_a_socket_travels_with_its_message_and_still_carries_the_connection() -> None:
+    ours, theirs = handoff.pair()
+    a, b = socket.socketpair()
+    with ours, theirs, a, b:
+        sender, receiver = trio.socket.from_stdlib_socket(ours), trio.socket.from_stdlib_socket(theirs)
+        await handoff.send(sender, {"op": "connection", "id": 4, "listener": "PLAINTEXT"}, a.fileno())
+        a.close()  # the sender's copy: the connection lives on in the received one
+        received = await handoff.receive(receiver)
+        assert received is not None
+        message, fd = received
+        assert message == {"op": "connection", "id": 4, "listener": "PLAINTEXT"} and fd is not None
+        with socket.socket(fileno=fd) as handed:
+            handed.sendall(b"ping")
+            assert b.recv(4) == b"ping"
+        await handoff.send(sender, {"op": "drain"})
+        assert await handoff.receive(receiver) == ({"op": "drain"}, None)
+
+
+async def test_a_datagram_that_is_not_a_message_is_refused_and_its_socket_closed() -> None:
+    ours, theirs = handoff.pair()
+    a, b = socket.socketpair()
+    with ours, theirs, a, b:
+        sender, receiver = trio.socket.from_stdlib_socket(ours), trio.socket.from_stdlib_socket(theirs)
+        await sender.sendmsg([b"[1, 2]"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, a.fileno().to_bytes(4, "little"))])
+        a.close()
+        with pytest.raises(handoff.HandOffError, match="not a message"):
+            await handoff.receive(receiver)
+        assert b.recv(1) == b""  # the only other copy was closed: the peer sees the end
+        ours.close()
+        assert await handoff.receive(receiver) is None
+
+
+def test_workers_zero_means_the_usable_cpus_within_the_cgroup_quota(tmp_path: Path) -> None:
+    cpu_max = tmp_path / "cpu.max"
+    affinity = len(__import__("os").sched_getaffinity(0))
+    assert worker_count(3, cpu_max) == 3
+    assert worker_count(0, cpu_max) == affinity  # no cgroup file: the affinity
+    cpu_max.write_text("max 100000\n")
+    assert worker_count(0, cpu_max) == affinity
+    cpu_max.write_text("150000 100000\n")  # 1.5 CPUs: rounded up
+    assert worker_count(0, cpu_max) == min(affinity, 2)
+    cpu_max.write_text("50000 100000\n")
+    assert worker_count(0, cpu_max) == 1
