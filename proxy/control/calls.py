@@ -206,22 +206,27 @@ class OwnerClient:
                 done.set()
 
 
-Answerer = Callable[[RemoteCall], Awaitable[Respond | Close]]
+#: The owner's answer to a call: now, or an awaitable to finish in the call's own task.
+Begun = Respond | Close | Callable[[], Awaitable[Respond | Close]]
 
 
-async def serve_calls(stream: trio.abc.Stream, answer: Answerer, name: str) -> None:
-    """The owner's end for one worker (``name`` in logs): each call runs in its own task."""
+async def serve_calls(stream: trio.abc.Stream, begin: Callable[[RemoteCall], Begun], name: str) -> None:
+    """The owner's end for one worker (``name`` in logs). Each call begins as it is read, in
+    order; an answer that comes later is awaited in its own task."""
     out, queued = trio.open_memory_channel[bytes](math.inf)
     running: dict[int, trio.CancelScope] = {}
 
-    async def run_one(call_id: int, call: RemoteCall) -> None:
+    def failed(call: RemoteCall, exc: Exception) -> Close:  # a handler's bug costs its request only
+        log.error("answering %s api key %d for %s failed", name, call.api_key, call.peer[0], exc_info=exc)
+        return Close(reason="owner_error", detail=f"the owner process failed: {exc!r}")
+
+    async def finish(call_id: int, call: RemoteCall, later: Callable[[], Awaitable[Respond | Close]]) -> None:
         with trio.CancelScope() as scope:
             running[call_id] = scope
             try:
-                result = await answer(call)
-            except Exception as exc:  # a handler's bug costs its request, not the channel
-                log.exception("answering %s api key %d for %s failed", name, call.api_key, call.peer[0])
-                result = Close(reason="owner_error", detail=f"the owner process failed: {exc!r}")
+                result = await later()
+            except Exception as exc:
+                result = failed(call, exc)
             finally:
                 running.pop(call_id, None)
             out.send_nowait(answer_message(call_id, result))
@@ -233,7 +238,15 @@ async def serve_calls(stream: trio.abc.Stream, answer: Answerer, name: str) -> N
             while data := await stream.receive_some(READ_SIZE):
                 for message in decoder.feed(data):
                     if message.kind == CALL:
-                        nursery.start_soon(run_one, message.call_id, read_call(message))
+                        call = read_call(message)
+                        try:
+                            begun = begin(call)
+                        except Exception as exc:
+                            begun = failed(call, exc)
+                        if isinstance(begun, Respond | Close):
+                            out.send_nowait(answer_message(message.call_id, begun))
+                        else:
+                            nursery.start_soon(finish, message.call_id, call, begun)
                     elif message.kind == CANCEL and (scope := running.get(message.call_id)) is not None:
                         scope.cancel()
             nursery.cancel_scope.cancel()

@@ -10,6 +10,8 @@ returns the answer's body encoded, ready for the worker to frame.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from protocol.apis import ApiRegistry
 from protocol.errors import ProtocolError
 from protocol.headers import RequestHeader
@@ -30,8 +32,11 @@ class OwnerService:
         self.leniency = leniency
         self.table = LocalApiTable(owned_entries(registry, spec))
 
-    async def answer(self, call: RemoteCall) -> Respond | Close:
-        """Run the API's handler for ``call``; the answer's body is encoded bytes."""
+    def begin(self, call: RemoteCall) -> Respond | Close | Callable[[], Awaitable[Respond | Close]]:
+        """Run the API's handler for ``call`` now, as a single process runs it when the
+        request is read (calls begin in the order they arrive, so the shared state changes
+        in the order the client asked); an answer-later is returned to be awaited. Bodies
+        come back encoded."""
         entry = self.table.get(call.api_key)
         named = f"api key {call.api_key} v{call.api_version}"
         if entry is None:  # the worker's table and ours are built from one configuration
@@ -51,7 +56,15 @@ class OwnerService:
         except ProtocolError as exc:
             return Close(reason="bad_request", detail=f"{entry.name} v{call.api_version}: {exc}")
         if isinstance(answer, Later):
-            answer = await answer.answer()
+            later = answer.answer
+
+            async def finish() -> Respond | Close:
+                return self._finished(await later(), call)
+
+            return finish
+        return self._finished(answer, call)
+
+    def _finished(self, answer: Respond | Close, call: RemoteCall) -> Respond | Close:
         if isinstance(answer, Respond):
             return self._encoded(answer, call)
         if answer.answer is not None:

@@ -106,7 +106,7 @@ class Sidecar:
     and the tasks that serve it."""
 
     def __init__(self, config: SidecarConfig, *, role: Role = Role.SINGLE, owner: Owner | None = None,
-                 worker: int = 0, hand_off: HandOff | None = None) -> None:
+                 worker: int = 0, workers: int = 1, hand_off: HandOff | None = None) -> None:
         self.config = config
         self.role = role
         #: A worker's channel to the supervisor, which answers the APIs of the shared state.
@@ -232,8 +232,10 @@ class Sidecar:
         #: connection (one task, not one per connection).
         self.idle = IdleSweeper(self.connection_settings.idle_timeout,
                                 self.connection_settings.request_read_timeout)
-        #: Request bytes held by all connections (``queued.max.request.bytes``).
-        self.memory = RequestMemory(queued_max_request_bytes(config))
+        #: Request bytes held by all connections (``queued.max.request.bytes``; a worker
+        #: holds its share of it: the budget is the sidecar's).
+        queued = queued_max_request_bytes(config)
+        self.memory = RequestMemory(None if queued is None else max(1, queued // workers))
         self._all_closed = trio.Event()
         #: Requests forwarded to the broker and answers it gave, over closed connections.
         self.forwarded_total = 0

@@ -33,6 +33,7 @@ import itertools
 import logging
 import math
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import socket
 from collections.abc import Iterator
@@ -119,6 +120,9 @@ class Supervisor:
         self._ready_changed = trio.Event()
         self._processes = multiprocessing.get_context("forkserver")
         self._processes.set_forkserver_preload(["proxy.control.worker"])
+        # The fork server imports the sidecar while this process starts (ZooKeeper,
+        # registration, the coordinator): the workers are forked as soon as it is listening.
+        multiprocessing.forkserver.ensure_running()
         sidecar.metrics.registry.register(_WorkerMetrics(self))
         self._page = (page_registry(sidecar.metrics.registry, metrics_dir) if metrics_dir is not None
                       else sidecar.metrics.registry)
@@ -173,7 +177,7 @@ class Supervisor:
         calls_ours, calls_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         process = self._processes.Process(
             target=worker_main, name=f"ksidecar-worker-{worker.index}", daemon=True,
-            args=(worker.index, dict(self.config.raw), bound, theirs, calls_theirs))
+            args=(worker.index, len(self.workers), dict(self.config.raw), bound, theirs, calls_theirs))
         try:
             await trio.to_thread.run_sync(process.start)
         finally:
@@ -186,7 +190,7 @@ class Supervisor:
         calls = trio.SocketStream(trio.socket.from_stdlib_socket(calls_ours))
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(serve_calls, calls, self.owner.answer, f"worker {worker.index}")
+                nursery.start_soon(serve_calls, calls, self.owner.begin, f"worker {worker.index}")
                 heard_all = trio.Event()
                 nursery.start_soon(self._listen, worker, channel, heard_all)
                 await trio.lowlevel.wait_readable(process.sentinel)

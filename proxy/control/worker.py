@@ -28,7 +28,7 @@ from proxy.control.server import Role, Sidecar
 log = logging.getLogger(__name__)
 
 
-def worker_main(index: int, raw: Mapping[str, str], bound: Mapping[str, tuple[str, int]],
+def worker_main(index: int, workers: int, raw: Mapping[str, str], bound: Mapping[str, tuple[str, int]],
                 channel: socket.socket, calls: socket.socket) -> None:
     """The worker process's entry: serve until the supervisor says drain or stop, or is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -36,14 +36,15 @@ def worker_main(index: int, raw: Mapping[str, str], bound: Mapping[str, tuple[st
     config = build_config(raw)  # the supervisor checked it: this cannot fail
     logging.basicConfig(level=config["sidecar.log.level"].upper(), force=True,
                         format=f"%(asctime)s %(levelname)s worker-{index} %(name)s: %(message)s")
-    trio.run(_serve, index, config, {name: HostPort(*address) for name, address in bound.items()}, channel, calls)
+    trio.run(_serve, index, workers, config, {name: HostPort(*address) for name, address in bound.items()},
+             channel, calls)
 
 
-async def _serve(index: int, config: SidecarConfig, bound: dict[str, HostPort], channel_socket: socket.socket,
-                 calls_socket: socket.socket) -> None:
+async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[str, HostPort],
+                 channel_socket: socket.socket, calls_socket: socket.socket) -> None:
     channel = trio.socket.from_stdlib_socket(channel_socket)
     owner = OwnerClient(trio.SocketStream(trio.socket.from_stdlib_socket(calls_socket)))
-    sidecar = Sidecar(config, role=Role.WORKER, owner=owner, worker=index)
+    sidecar = Sidecar(config, role=Role.WORKER, owner=owner, worker=index, workers=workers)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(owner.run)
         await nursery.start(partial(sidecar.serve, bound=bound))

@@ -92,7 +92,7 @@ async def test_calls_are_answered_out_of_order_and_a_cancelled_call_is_cancelled
     client = OwnerClient(worker_end)
     order: list[int] = []
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(serve_calls, owner_end, answer, "worker 0")
+        nursery.start_soon(serve_calls, owner_end, lambda call: lambda: answer(call), "worker 0")
         nursery.start_soon(client.run)
 
         async def one(correlation_id: int) -> None:
@@ -133,20 +133,48 @@ async def test_when_the_owner_is_gone_a_waiting_call_and_later_ones_close_their_
 async def test_a_handler_that_raises_costs_its_request_only(autojump_clock: trio.testing.MockClock) -> None:
     worker_end, owner_end = trio.testing.memory_stream_pair()
 
-    async def answer(call: RemoteCall) -> Respond | Close:
+    def begin(call: RemoteCall) -> calls.Begun:
         if call.correlation_id == 1:
             raise RuntimeError("a bug")
+        if call.correlation_id == 3:
+            async def later() -> Respond | Close:
+                raise RuntimeError("a later bug")
+            return later
         return Respond(body=b"ok")
 
     client = OwnerClient(worker_end)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(serve_calls, owner_end, answer, "worker 0")
+        nursery.start_soon(serve_calls, owner_end, begin, "worker 0")
         nursery.start_soon(client.run)
         failed = await client.call(_call(1))
         fine = await client.call(_call(2))
+        failed_later = await client.call(_call(3))
         nursery.cancel_scope.cancel()
     assert isinstance(failed, Close) and failed.reason == "owner_error" and "a bug" in failed.detail
     assert fine == Respond(body=b"ok")
+    assert isinstance(failed_later, Close) and "a later bug" in failed_later.detail
+
+
+async def test_calls_begin_in_the_order_the_worker_sent_them(autojump_clock: trio.testing.MockClock) -> None:
+    """The handlers change shared state (a group's members): a single process runs them as
+    requests are read, so the owner must too, whatever order trio schedules tasks in."""
+    worker_end, owner_end = trio.testing.memory_stream_pair()
+    begun: list[int] = []
+
+    def begin(call: RemoteCall) -> calls.Begun:
+        begun.append(call.correlation_id)
+        return Respond(body=b"")
+
+    client = OwnerClient(worker_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_calls, owner_end, begin, "worker 0")
+        nursery.start_soon(client.run)
+        async with trio.open_nursery() as sent:
+            for n in range(50):
+                sent.start_soon(client.call, _call(n))
+                await trio.sleep(0)  # each call queued before the next task starts
+        nursery.cancel_scope.cancel()
+    assert begun == list(range(50))
 
 
 def _call(correlation_id: int) -> RemoteCall:

@@ -47,6 +47,11 @@ def _describe_ip(ip: str) -> bytes:
                                    "Strict": False})
 
 
+async def _answer(owner: OwnerService, call: RemoteCall) -> Respond | Close:
+    begun = owner.begin(call)
+    return begun if isinstance(begun, Respond | Close) else await begun()
+
+
 def _call(api_key: int, body: bytes, version: int = 1) -> RemoteCall:
     return RemoteCall(listener="PLAINTEXT", peer=("127.0.0.1", 5), principal="User:ANONYMOUS",
                       client_software=None, api_key=api_key, api_version=version, correlation_id=3,
@@ -55,7 +60,7 @@ def _call(api_key: int, body: bytes, version: int = 1) -> RemoteCall:
 
 async def test_the_owner_answers_with_the_handler_and_encodes_the_body() -> None:
     owner = OwnerService(REGISTRY, TableSpec(), _ports(), Leniency())
-    answer = await owner.answer(_call(DESCRIBE_CLIENT_QUOTAS, _describe_ip("127.0.0.7")))
+    answer = await _answer(owner, _call(DESCRIBE_CLIENT_QUOTAS, _describe_ip("127.0.0.7")))
     assert isinstance(answer, Respond) and isinstance(answer.body, bytes)
     body = decode(REGISTRY.api(DESCRIBE_CLIENT_QUOTAS).response, 1, answer.body)
     assert body["ErrorCode"] == 0
@@ -66,9 +71,9 @@ async def test_the_owner_answers_with_the_handler_and_encodes_the_body() -> None
 
 async def test_the_owner_closes_for_what_it_does_not_own_and_for_an_unreadable_body() -> None:
     owner = OwnerService(REGISTRY, TableSpec(), _ports(), Leniency())
-    not_owned = await owner.answer(_call(FIND_COORDINATOR, b""))  # groups not embedded here
+    not_owned = await _answer(owner, _call(FIND_COORDINATOR, b""))  # groups not embedded here
     assert isinstance(not_owned, Close) and not_owned.reason == "owner_refused"
-    unreadable = await owner.answer(_call(DESCRIBE_CLIENT_QUOTAS, b"\x00\x00\x00\x09"))
+    unreadable = await _answer(owner, _call(DESCRIBE_CLIENT_QUOTAS, b"\x00\x00\x00\x09"))
     assert isinstance(unreadable, Close) and unreadable.reason == "bad_request"
 
 
