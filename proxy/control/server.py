@@ -200,8 +200,9 @@ class Sidecar:
             self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow",
             leniency=self.leniency)
         #: The operators' request filters (``filter.class.names``), in order, shared by every listener.
-        self.filters = tuple(load_filters(config["filter.class.names"], filter_entries(config), self.registry,
-                                          FilterMetrics(self.metrics.registry), leniency=self.leniency))
+        self.filters = () if role is Role.SUPERVISOR else tuple(load_filters(
+            config["filter.class.names"], filter_entries(config), self.registry, FilterMetrics(self.metrics.registry),
+            leniency=self.leniency))
         if self.zk is not None:
             override: str = config["sidecar.features.supported.override"]
             supported = (parse_supported_override(override) if override else

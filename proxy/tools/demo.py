@@ -113,6 +113,8 @@ class DemoResult:
     led: dict[int, tuple[int, ...]] = field(default_factory=dict)
     #: What the policy filter said to a topic outside the demo's prefix.
     policy: str = ""
+    #: Each sidecar's worker processes (``sidecar.workers``): ``(ready, of)``, by broker id.
+    workers: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -139,8 +141,9 @@ class DemoResult:
             and sum(self.group in g for g in self.owned_groups.values()) == 1
         )
         refused = self.brokers > 1 or "POLICY_VIOLATION" in self.policy
+        working = bool(self.workers) and all(ready == of for ready, of in self.workers.values())
         return (moved and coordinated and audited and inventoried and held and named and spread and refused
-                and bool(self.report))
+                and working and bool(self.report))
 
 
 @dataclass(frozen=True)
@@ -291,6 +294,14 @@ def _print_sidecar_counts(sidecar: SidecarServer, which: str = "") -> None:
         return
     lines = ", ".join(f"{api}/{outcome} {n}" for (api, outcome), n in sorted(totals.items()))
     print(f"  sidecar{which} counted requests: {lines}", flush=True)
+
+
+def worker_counts(sidecar: SidecarServer) -> tuple[int, int]:
+    """``(ready, of)``: the sidecar's worker processes (``ksidecar_worker_up``; one process
+    has no such series and counts as one ready)."""
+    up = [sample.value for family in text_string_to_metric_families(sidecar.scrape())
+          for sample in family.samples if sample.name == "ksidecar_worker_up"]
+    return (sum(1 for v in up if v == 1.0), len(up)) if up else (1, 1)
 
 
 def request_counts(sidecar: SidecarServer) -> dict[tuple[str, str], int]:
@@ -493,6 +504,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
                   "not shown: librdkafka's mock cluster serves no CreateTopics (the one-broker demo shows it)")
         stored = group_offsets(zookeeper, group, topic)
         forwarded = {n: forwarded_by_api(s) for n, s in clients.sidecars.items()}
+        workers = {n: worker_counts(s) for n, s in clients.sidecars.items()}
         result = DemoResult(
             broker=broker.bootstrap,
             broker_startup=broker.process.startup_seconds or 0.0,
@@ -522,6 +534,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
             forwarded=forwarded if mock is not None else {},
             owned_groups=owned_groups(zookeeper) if mock is not None else {},
             led=led,
+            workers=workers,
         )
     # The sidecars have stopped: their audit files are complete. Now the Spark report.
     print("ksidecar demo: traffic done; running the audit report's Spark jobs", flush=True)
@@ -652,6 +665,7 @@ def summary(result: DemoResult) -> str:
                    f"ZooKeeper /consumers/{result.group}/offsets/{result.topic}: "
                    + ", ".join(f"{p}={o}" for p, o in sorted(result.zookeeper_offsets.items()))),
         *_fleet_rows(result),
+        ("workers", _workers_line(result)),
         ("quota", result.quota),
         ("policy", result.policy + " (filter.class.names=policy)"),
         ("features", f"{AUDIT_FORMAT} finalized at 1 before any traffic ({result.audit_format or 'not done'})"),
@@ -670,6 +684,15 @@ def summary(result: DemoResult) -> str:
         ("result", "OK" if result.ok else "FAILED"),
     ]
     return "\n".join(f"  {name:<10} {text}" for name, text in rows)
+
+
+def _workers_line(result: DemoResult) -> str:
+    """How many processes each sidecar ran (sidecar.workers=0: one per usable CPU)."""
+    counts = sorted({of for _, of in result.workers.values()})
+    ready = all(r == of for r, of in result.workers.values())
+    each = " or ".join(str(n) for n in counts) or "?"
+    return (f"{each} worker process(es) per sidecar, {'all' if ready else 'NOT all'} ready (sidecar.workers=0: one "
+            "per usable CPU; a supervisor admits connections and owns the coordinator)")
 
 
 def _coordinator(result: DemoResult) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy.control.supervisor import worker_count
 from proxy.tools.demo import run, summary
 from proxy.tools.rig.ports import can_connect
 
@@ -27,6 +28,9 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     assert set(result.zookeeper_offsets) == {0, 1}
     assert sum(result.zookeeper_offsets.values()) == 200
     assert "coordinated by the sidecar (sidecar.coordinator=embedded)" in summary(result)
+    # sidecar.workers=0: one worker per usable CPU (held to cgroup quotas in test_owner.py),
+    # all ready; on one CPU, one process (no worker series).
+    assert result.workers == {-1: (worker_count(0), worker_count(0))}
     # Traffic went through a real `ksidecar run` in front of the broker.
     assert result.bootstrap != result.broker
     assert "ksidecar run in front of the broker" in result.via
