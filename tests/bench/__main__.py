@@ -8,6 +8,7 @@
     python -m tests.bench --audit produce-sync consume   # also a sidecar with the audit on
     python -m tests.bench --acls produce-sync produce-b1000-acks1   # also one enforcing 100 ACLs
     python -m tests.bench --baseline HEAD~1 consume   # also the sidecar of another commit (A/B)
+    python -m tests.bench --workers 2 local-api-versions   # sidecars with sidecar.workers=2
     python -m tests.bench cluster-metadata cluster-refresh --topics 1000 --partitions 10
     python -m tests.bench --list
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from tests.bench.profile import profile_workloads
 from tests.bench.report import command_line, markdown, update_results_md, write_json
 from tests.bench.runner import run_workloads
+from tests.bench.stack import DEFAULT_WORKERS
 from tests.bench.workloads import BY_NAME, QUICK, WORKLOADS, Settings
 
 HERE = Path(__file__).resolve().parent
@@ -73,11 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="COMMIT",
                         help="also measure the sidecar of COMMIT in front of the same broker "
                              "(an A/B of a change: sidecar/baseline)")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help="sidecar.workers of every sidecar measured (default 1: one process, like a "
+                             "--baseline commit from before the key; 0: one per usable CPU)")
     parser.add_argument("--topics", type=int, help="topics of the cluster-size workloads (1000)")
     parser.add_argument("--partitions", type=int, help="partitions per topic of the cluster-size workloads (10)")
     parser.add_argument("--list", action="store_true", help="list workloads and exit")
     args = parser.parse_args(argv)
 
+    if args.workers < 0:
+        parser.error("--workers: 0 (one per usable CPU) or more")
     if args.list:
         for w in WORKLOADS:
             print(f"{w.name:24} {w.title}")
@@ -103,10 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     baseline = checkout(args.baseline, BASELINES) if args.baseline else None
     results = run_workloads(chosen, settings, repeats, args.out / "logs" / stamp, audit=args.audit,
-                            acls=args.acls, baseline=baseline)
+                            acls=args.acls, baseline=baseline, workers=args.workers)
     command = command_line()
     document = write_json(args.out / f"bench-{stamp}.json", results, settings, repeats, command,
-                          baseline=baseline.name[:7] if baseline is not None else None)
+                          baseline=baseline.name[:7] if baseline is not None else None,
+                          workers=args.workers)
     (args.out / "latest.json").write_text((args.out / f"bench-{stamp}.json").read_text())
     section = markdown(document, results)
     print()

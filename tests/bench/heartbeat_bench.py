@@ -1,7 +1,7 @@
 """Group scale: thousands of classic members heartbeating on one sidecar (issue 16).
 
     python -m tests.bench.heartbeat_bench [--members 5000] [--group-size 100]
-                                          [--interval-ms 3000] [--seconds 30]
+                                          [--interval-ms 3000] [--seconds 30] [--workers 1]
 
 Seed 000: "with a single coordinator we should support up to 5K consumers". A real Tansu
 broker, a real ZooKeeper and one ``ksidecar run`` with the embedded coordinator, on
@@ -15,7 +15,9 @@ MEMBER_ID_REQUIRED, a range assignment from each leader, SyncGroup v5), then hea
 and rejoin if a heartbeat says REBALANCE_IN_PROGRESS. Once every member has synced and the
 groups have been quiet for 3 s, heartbeats are timed for ``--seconds``: from sending the
 request until its answer is read, per heartbeat, on the member's connection. The sidecar's
-CPU share (``/proc``) and RSS are read over the same window. Prints a Markdown section for
+CPU share (``/proc``) and RSS are read over the same window, over its whole process tree
+(``--workers 2``: a supervisor, which owns the coordinator, and two workers that reach it
+over their local channel for every group request). Prints a Markdown section for
 ``tests/bench/RESULTS.md`` and writes JSON to ``tests/bench/out/heartbeat-<members>.json``.
 """
 
@@ -45,6 +47,7 @@ from proxy.tools.rig.sidecar import start_sidecar
 from proxy.tools.rig.tansu import start_broker
 from proxy.tools.rig.zookeeper import start_zookeeper
 from tests.bench.group_bench import (
+    DESCRIBE_GROUPS,
     HEARTBEAT,
     JOIN_GROUP,
     MEMBER_ID_REQUIRED,
@@ -56,7 +59,7 @@ from tests.bench.group_bench import (
     create_topic,
     percentile,
 )
-from tests.bench.procfs import cpu_seconds, rss_bytes
+from tests.bench.procfs import cpu_seconds, tree_cpu_seconds, tree_rss_bytes
 
 QUIET = 3.0  # seconds without a (re)join before the timed window starts
 BUCKET = re.compile(r'^ksidecar_group_request_handling_seconds_bucket\{api="Heartbeat",le="([^"]+)"\} ([0-9.e+]+)$',
@@ -111,6 +114,9 @@ async def member(port: int, index: int, group: str, topic: str, partitions: int,
     """One member: connect, join and sync, then heartbeat every interval until cancelled."""
     async with connected:
         conn = await Conn.open(port, f"hb{index}")
+        # One answered request while the slot is held: the connection has reached the
+        # process that serves it (a supervisor hands it to a worker) before the next opens.
+        await conn.call(DESCRIBE_GROUPS, {"Groups": [group], "IncludeAuthorizedOperations": False})
     raw = ClassicMember(conn, group, topic, partitions)
     first = True
     while True:
@@ -163,7 +169,7 @@ async def bench(port: int, pid: int, metrics_url: str, topic: str, partitions: i
     """Form the groups, wait until quiet, time the heartbeats; the results."""
     load = Load(interval=args.interval_ms / 1000)
     groups = [f"hb-{uuid.uuid4().hex[:6]}-{g}" for g in range((args.members + args.group_size - 1) // args.group_size)]
-    connected = trio.Semaphore(200)  # open connections 200 at a time
+    connected = trio.Semaphore(args.connect_concurrency)
     out: dict[str, Any] = {}
     async with trio.open_nursery() as nursery:
         began = time.perf_counter()
@@ -176,7 +182,7 @@ async def bench(port: int, pid: int, metrics_url: str, topic: str, partitions: i
         out["formed_s"] = load.last_sync - began
         out["rejoins_forming"] = load.rejoins
         buckets0 = handling_buckets(metrics_url)
-        cpu0, wall0, self0 = cpu_seconds(pid), time.perf_counter(), cpu_seconds(os.getpid())
+        cpu0, wall0, self0 = tree_cpu_seconds(pid), time.perf_counter(), cpu_seconds(os.getpid())
         # The generator holds 5,000 connections too: its own full garbage-collector passes
         # (100-300 ms) would be timed as the sidecar's latency. Its collector stays off
         # while timed (30 s of its garbage is a few MB); the sidecar's runs as shipped.
@@ -189,9 +195,9 @@ async def bench(port: int, pid: int, metrics_url: str, topic: str, partitions: i
             load.measuring = False
             gc.enable()
         wall = time.perf_counter() - wall0
-        out["sidecar_cpu_share"] = (cpu_seconds(pid) - cpu0) / wall
+        out["sidecar_cpu_share"] = (tree_cpu_seconds(pid) - cpu0) / wall
         out["load_cpu_share"] = (cpu_seconds(os.getpid()) - self0) / wall
-        out["sidecar_rss_mb"] = rss_bytes(pid) / 2**20
+        out["sidecar_rss_mb"] = tree_rss_bytes(pid) / 2**20
         out["window_s"] = wall
         buckets1 = handling_buckets(metrics_url)
         out["core_p50_us"] = bucket_quantile(buckets0, buckets1, 0.50) * 1e6
@@ -212,7 +218,8 @@ def markdown(results: dict[str, Any], args: argparse.Namespace, command: str) ->
     """The RESULTS.md section."""
     r = results
     return "\n".join([
-        f"### {args.members:,} members heartbeating on one sidecar",
+        f"### {args.members:,} members heartbeating on one sidecar"
+        + (f" of {args.workers} workers" if args.workers != 1 else ""),
         "",
         f"`{command}` — {args.members:,} classic members in groups of {args.group_size}, one TCP "
         f"connection each, heartbeat every {args.interval_ms} ms, timed for {r['window_s']:.0f} s. "
@@ -228,7 +235,7 @@ def markdown(results: dict[str, Any], args: argparse.Namespace, command: str) ->
         f"| heartbeat errors, rejoins while timed | {r['errors'] or 'none'}, {r['rejoins_timed']} |",
         f"| the coordinator core's decision per Heartbeat (ksidecar_group_request_handling_seconds), "
         f"p50 / p99 at most | {r['core_p50_us']:.0f} / {r['core_p99_us']:.0f} us |",
-        f"| sidecar CPU (share of one core), RSS | {r['sidecar_cpu_share']:.2f}, {r['sidecar_rss_mb']:.0f} MB |",
+        f"| sidecar CPU (share of one core), RSS (its process tree) | {r['sidecar_cpu_share']:.2f}, {r['sidecar_rss_mb']:.0f} MB |",
         f"| load generator CPU (share of one core); its own event-loop lag p99 / max | "
         f"{r['load_cpu_share']:.2f}; {r['lag_p99_ms']:.1f} / {r['lag_max_ms']:.1f} ms |",
         "",
@@ -243,9 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-size", type=int, default=100)
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--workers", type=int, default=1, help="the sidecar's sidecar.workers")
+    parser.add_argument("--connect-concurrency", type=int, default=200,
+                        help="connections being opened (and answered once) at a time")
     args = parser.parse_args(argv)
-    if not (1 <= args.members <= 20000 and 1 <= args.group_size <= args.members and 0 < args.seconds <= 600):
-        parser.error("bounds: 1-20000 members, group size 1..members, seconds in (0, 600]")
+    if not (1 <= args.members <= 20000 and 1 <= args.group_size <= args.members and 0 < args.seconds <= 600
+            and 0 <= args.workers <= 16):
+        parser.error("bounds: 1-20000 members, group size 1..members, seconds in (0, 600], workers 0-16")
     given = sys.argv[1:] if argv is None else argv
     command = " ".join(["python -m tests.bench.heartbeat_bench", *given])
     partitions = 2 * args.group_size
@@ -259,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             "group.initial.rebalance.delay.ms": "1000",
             "sidecar.coordinator.metadata.refresh.ms": "10000",
             "sidecar.log.level": "warning",
+            "sidecar.workers": str(args.workers),
         }) as sidecar:
             assert sidecar.process.pid is not None
             results = trio.run(bench, sidecar.port, sidecar.process.pid, sidecar.metrics_url, topic,

@@ -71,14 +71,14 @@ def record_batch(count: int, size: int = RECORD_SIZE) -> bytes:
 
 
 def produce_request(
-    correlation_id: int, topic: str, batch: bytes, acks: int, version: int = 10
+    correlation_id: int, topic: str, batch: bytes, acks: int, version: int = 10, partition: int = 0
 ) -> bytes:
-    """A Produce request frame for partition 0 of ``topic``."""
+    """A Produce request frame for ``partition`` (0 unless given) of ``topic``."""
     return request(0, version, correlation_id, {
         "TransactionalId": None,
         "Acks": acks,
         "TimeoutMs": 30000,
-        "TopicData": [{"Name": topic, "PartitionData": [{"Index": 0, "Records": batch}]}],
+        "TopicData": [{"Name": topic, "PartitionData": [{"Index": partition, "Records": batch}]}],
     })  # fmt: skip
 
 

@@ -164,13 +164,14 @@ def machine() -> dict[str, Any]:
 
 
 def write_json(path: Path, results: Sequence[WorkloadResult], settings: Settings, repeats: int,
-               command: str, baseline: str | None = None) -> dict[str, Any]:
+               command: str, baseline: str | None = None, workers: int | None = None) -> dict[str, Any]:
     """Write the whole run to ``path``; return what was written (``baseline``: the commit
-    of the baseline target, if any)."""
+    of the baseline target, if any; ``workers``: the sidecars' ``sidecar.workers``)."""
     document = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command,
         "baseline": baseline,
+        "workers": workers,
         "repeats": repeats,
         "settings": settings.__dict__,
         "machine": machine(),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import procfs
-from tests.bench.stack import TARGETS, Stack
+from tests.bench.stack import DEFAULT_WORKERS, TARGETS, Stack
 from tests.bench.workloads import CLUSTER_DIGITS, CLUSTER_PREFIX, Settings, Workload
 
 log = logging.getLogger(__name__)
@@ -168,6 +168,7 @@ def run_workloads(
     audit: bool = False,
     acls: bool = False,
     baseline: Path | None = None,
+    workers: int = DEFAULT_WORKERS,
 ) -> list[WorkloadResult]:
     """Run each workload ``repeats`` times per target; one stack, renewed when needed.
 
@@ -176,11 +177,11 @@ def run_workloads(
     ``acls``, through a sidecar enforcing 100 ACLs (target ``acls``; ``acls/sidecar``);
     with ``baseline`` (a checkout of another commit), through that commit's sidecar in
     front of the same broker (target ``baseline``; ``sidecar/baseline``): an A/B of a
-    change with everything else equal.
+    change with everything else equal. Every sidecar runs ``sidecar.workers=workers``.
     """
     results: list[WorkloadResult] = []
     stack = Stack(log_dir, audit_enabled=audit, acls_enabled=acls, baseline_source=baseline,
-                  acl_hidden_prefixes=hidden_half(settings.cluster_topics))
+                  acl_hidden_prefixes=hidden_half(settings.cluster_topics), workers=workers)
     try:
         stack.start()
         for index, workload in enumerate(workloads):
@@ -254,11 +255,13 @@ class BackgroundProbe:
         return procfs.machine_busy_seconds()
 
     def _ours(self) -> float:
+        # Every process of each tree (a sidecar's workers are its grandchildren), once.
+        members = {member for pid in self.pids for member in procfs.descendants(pid)}
         total = 0.0
-        for pid in self.pids:
+        for pid in members:
             try:
                 total += procfs.cpu_seconds(pid, children=True)
-            except OSError:
+            except (OSError, ValueError):
                 continue
         return total
 

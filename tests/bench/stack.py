@@ -42,6 +42,10 @@ LATENCY_TARGETS = ("direct", "relay", "sidecar", "peer")
 
 #: Sidecar settings for benchmarking: idle connections must stay open for the RSS test.
 SIDECAR_KEYS = {"connections.max.idle.ms": "3600000"}
+#: ``sidecar.workers`` of every benchmarked sidecar unless ``--workers`` says otherwise: one
+#: process, so that a ``--baseline`` commit from before the key (which ignores it, with a
+#: warning) is compared like with like.
+DEFAULT_WORKERS = 1
 
 
 @dataclass
@@ -72,6 +76,13 @@ class Stack:
     #: Also run the "baseline" target: a sidecar from this checkout of another commit.
     baseline_source: Path | None = None
     baseline: SidecarServer | None = None
+    #: ``sidecar.workers`` of every sidecar of the stack (``--workers``).
+    workers: int = DEFAULT_WORKERS
+
+    @property
+    def sidecar_keys(self) -> dict[str, str]:
+        """The keys every sidecar of the stack gets (before its own)."""
+        return {**SIDECAR_KEYS, "sidecar.workers": str(self.workers), **self.extra_keys}
 
     def start(self) -> Stack:
         """Start the broker, then the sidecar and the peer in front of it."""
@@ -81,7 +92,7 @@ class Stack:
         try:
             self.broker = start_broker(logs)
             self.sidecar = start_sidecar(
-                logs, self.broker.bootstrap, keys={**SIDECAR_KEYS, **self.extra_keys}
+                logs, self.broker.bootstrap, keys=self.sidecar_keys
             )
             self.peer = start_proxy(logs, self.broker.bootstrap)
             self.relayed, self.relay = start_relay(logs)
@@ -90,17 +101,17 @@ class Stack:
                               "observer.audit.dir": str(logs / "audit"),
                               "observer.audit.overflow": "block"}
                 self.audit = start_sidecar(logs, self.broker.bootstrap, name="ksidecar-audit",
-                                           keys={**SIDECAR_KEYS, **self.extra_keys, **audit_keys})
+                                           keys={**self.sidecar_keys, **audit_keys})
             if self.baseline_source is not None:
                 self.baseline = start_sidecar(logs, self.broker.bootstrap, name="ksidecar-baseline",
-                                              keys={**SIDECAR_KEYS, **self.extra_keys},
+                                              keys=self.sidecar_keys,
                                               source=self.baseline_source)
             if self.acls_enabled:
                 self.zookeeper = start_zookeeper(logs)
                 seed_acls(self.zookeeper.connect, hidden=self.acl_hidden_prefixes)
                 acl_keys = {"sidecar.authorizer": "acls", "zookeeper.connect": self.zookeeper.connect}
                 self.acls = start_sidecar(logs, self.broker.bootstrap, name="ksidecar-acls",
-                                          keys={**SIDECAR_KEYS, **self.extra_keys, **acl_keys})
+                                          keys={**self.sidecar_keys, **acl_keys})
         except BaseException:
             self.stop()
             raise
@@ -146,12 +157,14 @@ class Stack:
         return pid
 
     def rss(self, target: str) -> int:
-        """Resident set size in bytes of the process serving ``target``."""
-        return procfs.rss_bytes(self.pid(target))
+        """Resident set size in bytes of the processes serving ``target`` (a sidecar with
+        workers is a tree: the sum over it)."""
+        return procfs.tree_rss_bytes(self.pid(target))
 
     def cpu_seconds(self, target: str) -> float:
-        """User + system CPU seconds used so far by the process serving ``target``."""
-        return procfs.cpu_seconds(self.pid(target))
+        """User + system CPU seconds used so far by the processes serving ``target`` (its
+        whole tree: supervisor, fork server, workers)."""
+        return procfs.tree_cpu_seconds(self.pid(target))
 
     @property
     def broker_address(self) -> str:

@@ -36,7 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tests.bench import procfs
 from tests.bench.kafka import (
     RECORD_SIZE,
     RawConnection,
@@ -515,8 +514,7 @@ def _connections(stack: Stack, target: str, settings: Settings, state: dict[str,
     hello = request(18, 3, 7, {"ClientSoftwareName": "bench", "ClientSoftwareVersion": "1"})
     baseline = stack.rss(target)
     sockets: list[socket.socket] = []
-    serving = stack.pid(target)
-    cpu0 = procfs.cpu_seconds(serving)
+    cpu0 = stack.cpu_seconds(target)
     try:
         t0 = time.perf_counter()
         while len(sockets) < settings.connections:
@@ -530,7 +528,7 @@ def _connections(stack: Stack, target: str, settings: Settings, state: dict[str,
             for sock in group:
                 _read_one_frame(sock)
         elapsed = time.perf_counter() - t0
-        setup_cpu = procfs.cpu_seconds(serving) - cpu0
+        setup_cpu = stack.cpu_seconds(target) - cpu0
         time.sleep(0.5)  # let the process settle before reading its memory
         held = stack.rss(target)
     finally:
