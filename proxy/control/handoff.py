@@ -31,6 +31,29 @@ class HandOffError(Exception):
     """A datagram that is not a message of this channel."""
 
 
+class Channel:
+    """One end of a pair, for any number of tasks: sends go one at a time (a socket takes
+    one writer at a time, and a full queue, ``net.unix.max_dgram_qlen`` datagrams, makes a
+    sender wait), and one task receives."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.socket = trio.socket.from_stdlib_socket(sock)
+        self._sending = trio.Lock()
+
+    async def send(self, message: dict[str, Any], fd: int | None = None) -> None:
+        """:func:`send`, after any send in progress."""
+        async with self._sending:
+            await send(self.socket, message, fd)
+
+    async def receive(self) -> tuple[dict[str, Any], int | None] | None:
+        """:func:`receive`."""
+        return await receive(self.socket)
+
+    def close(self) -> None:
+        """Close this end (the peer's next receive reports the end)."""
+        self.socket.close()
+
+
 def pair() -> tuple[socket.socket, socket.socket]:
     """A new channel: ``(supervisor's end, worker's end)``."""
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -90,7 +90,7 @@ class WorkerSlot:
 
     index: int
     process: BaseProcess | None = None
-    channel: trio.socket.SocketType | None = None
+    channel: handoff.Channel | None = None
     ready: bool = False
     #: Connections handed to this worker and not yet reported closed, by id.
     connections: dict[int, trio.Event] = field(default_factory=dict)
@@ -184,7 +184,7 @@ class Supervisor:
             theirs.close()
             calls_theirs.close()
         worker.process, worker.abandoned, worker.exited = process, None, trio.Event()
-        worker.channel = channel = trio.socket.from_stdlib_socket(ours)
+        worker.channel = channel = handoff.Channel(ours)
         log.info("worker %d started (pid %s)", worker.index, process.pid)
         was_ready = False
         calls = trio.SocketStream(trio.socket.from_stdlib_socket(calls_ours))
@@ -218,9 +218,9 @@ class Supervisor:
                           process.exitcode, lost)
         return was_ready
 
-    async def _listen(self, worker: WorkerSlot, channel: trio.socket.SocketType, heard_all: trio.Event) -> None:
+    async def _listen(self, worker: WorkerSlot, channel: handoff.Channel, heard_all: trio.Event) -> None:
         """What the worker tells, until its end closes: ready, a connection closed, its drain's count."""
-        while (received := await handoff.receive(channel)) is not None:
+        while (received := await channel.receive()) is not None:
             message, fd = received
             if fd is not None:  # workers never send sockets
                 os.close(fd)
@@ -258,7 +258,7 @@ class Supervisor:
             connection_id = next(self._ids)
             worker.connections[connection_id] = done
             try:
-                await handoff.send(channel, {"op": "connection", "id": connection_id, "listener": listener, "ip": ip},
+                await channel.send({"op": "connection", "id": connection_id, "listener": listener, "ip": ip},
                                    stream.socket.fileno())
             except OSError as exc:  # the worker died meanwhile: the client reconnects
                 worker.connections.pop(connection_id, None)
@@ -297,7 +297,7 @@ class Supervisor:
         for worker in self.workers:
             if worker.channel is not None:
                 with contextlib.suppress(OSError):  # it is exiting anyway
-                    await handoff.send(worker.channel, {"op": op})
+                    await worker.channel.send({"op": op})
         with trio.move_on_after(wait) as waited:
             for worker in self.workers:
                 await worker.exited.wait()

@@ -42,7 +42,7 @@ def worker_main(index: int, workers: int, raw: Mapping[str, str], bound: Mapping
 
 async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[str, HostPort],
                  channel_socket: socket.socket, calls_socket: socket.socket) -> None:
-    channel = trio.socket.from_stdlib_socket(channel_socket)
+    channel = handoff.Channel(channel_socket)
     owner = OwnerClient(trio.SocketStream(trio.socket.from_stdlib_socket(calls_socket)))
     sidecar = Sidecar(config, role=Role.WORKER, owner=owner, worker=index, workers=workers)
     async with trio.open_nursery() as nursery:
@@ -52,21 +52,21 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
         # collections (as ``ksidecar run`` does for one process).
         gc.collect()
         gc.freeze()
-        await handoff.send(channel, {"op": "ready"})
+        await channel.send({"op": "ready"})
         async with trio.open_nursery() as connections:
-            while (received := await handoff.receive(channel)) is not None:
+            while (received := await channel.receive()) is not None:
                 message, fd = received
                 op = message["op"]
                 if op == "connection" and fd is not None:
                     connections.start_soon(_serve_one, sidecar, channel, fd, message)
                 elif op == "drain":
                     abandoned = await sidecar.drain()
-                    await handoff.send(channel, {"op": "drained", "abandoned": abandoned,
+                    await channel.send({"op": "drained", "abandoned": abandoned,
                                                  "forwarded": sidecar.forwarded_total,
                                                  "broker_answers": sidecar.broker_answers_total})
                     break
                 elif op == "stop":
-                    await handoff.send(channel, {"op": "drained", "abandoned": sidecar.unanswered()})
+                    await channel.send({"op": "drained", "abandoned": sidecar.unanswered()})
                     break
                 else:
                     log.error("unexpected message from the supervisor: %s", message)
@@ -74,7 +74,7 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
         nursery.cancel_scope.cancel()
 
 
-async def _serve_one(sidecar: Sidecar, channel: trio.socket.SocketType, fd: int, message: dict[str, object]) -> None:
+async def _serve_one(sidecar: Sidecar, channel: handoff.Channel, fd: int, message: dict[str, object]) -> None:
     """Serve one handed connection, then tell the supervisor it ended."""
     try:
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=fd)))
@@ -82,4 +82,4 @@ async def _serve_one(sidecar: Sidecar, channel: trio.socket.SocketType, fd: int,
     finally:
         # (OSError: the supervisor is gone, and so are we, shortly)
         with trio.CancelScope(shield=True), contextlib.suppress(OSError):
-            await handoff.send(channel, {"op": "closed", "id": message["id"]})
+            await channel.send({"op": "closed", "id": message["id"]})

@@ -147,3 +147,23 @@ def test_workers_zero_means_the_usable_cpus_within_the_cgroup_quota(tmp_path: Pa
     assert worker_count(0, cpu_max) == min(affinity, 2)
     cpu_max.write_text("50000 100000\n")
     assert worker_count(0, cpu_max) == 1
+
+
+async def test_many_tasks_send_on_one_channel_past_a_full_queue() -> None:
+    """Connections closing together each report it: sends wait their turn, none fails
+    (a datagram queue holds ``net.unix.max_dgram_qlen`` messages, 10 by default)."""
+    ours, theirs = handoff.pair()
+    sender, receiver = handoff.Channel(ours), handoff.Channel(theirs)
+    got: list[int] = []
+    async with trio.open_nursery() as nursery:
+        for n in range(200):
+            nursery.start_soon(sender.send, {"op": "closed", "id": n})
+        await trio.sleep(0.05)  # the queue is full and senders wait
+        while len(got) < 200:
+            received = await receiver.receive()
+            assert received is not None
+            got.append(received[0]["id"])
+    assert sorted(got) == list(range(200))
+    sender.close()
+    assert await receiver.receive() is None
+    receiver.close()
