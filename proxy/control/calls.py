@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import struct
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 import trio
 
+from proxy.datapath.wire import Wire, wire_for
 from proxy.local.api import Close, Respond
 from proxy.local.remote import RemoteCall
 
@@ -133,16 +133,33 @@ def read_answer(message: Message) -> Respond | Close:
         raise ChannelError(f"unreadable answer: {exc!r}") from None
 
 
-async def _write(queued: trio.MemoryReceiveChannel[bytes], stream: trio.abc.Stream) -> None:
-    """Send what is queued, everything waiting in one write."""
-    async for message in queued:
-        batch = [message]
+class Outbox:
+    """Messages to one peer, in order: written at once when the socket takes them (one
+    scheduler pass less for every call and answer), the rest by :meth:`run`."""
+
+    def __init__(self, wire: Wire) -> None:
+        self._wire = wire
+        self._backlog: list[bytes] = []
+        self._more = trio.Event()
+
+    def put(self, message: bytes) -> None:
+        """Send ``message`` after everything put before it."""
+        if not self._backlog:
+            sent = self._wire.try_send(message)
+            if sent == len(message):
+                return
+            message = message[sent:]
+        self._backlog.append(message)
+        self._more.set()
+
+    async def run(self) -> None:
+        """Write the backlog whenever there is one, until cancelled."""
         while True:
-            try:
-                batch.append(queued.receive_nowait())
-            except trio.WouldBlock:
-                break
-        await stream.send_all(b"".join(batch))
+            await self._more.wait()
+            self._more = trio.Event()
+            while self._backlog:
+                batch, self._backlog = b"".join(self._backlog), []
+                await self._wire.send(batch)
 
 
 def unreachable(detail: str) -> Close:
@@ -155,55 +172,89 @@ class OwnerClient:
     """The worker's end: :meth:`call` from any task, :meth:`run` reads the answers."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
-        self._stream = stream
+        self._wire = wire_for(stream)
+        self._outbox = Outbox(self._wire)
         self._next_id = 0
-        self._waiting: dict[int, tuple[trio.Event, list[Respond | Close]]] = {}
-        self._out, self._queued = trio.open_memory_channel[bytes](math.inf)
+        self._waiting: dict[int, Pending] = {}
         self._broken: str | None = None
 
-    async def call(self, request: RemoteCall) -> Respond | Close:
-        """The owner's answer to ``request``; cancelling it cancels the call at the owner."""
-        if self._broken is not None:
-            return unreachable(self._broken)
+    def send(self, request: RemoteCall) -> Pending:
+        """Send ``request`` now (calls leave in the order they are made); its answer is
+        :meth:`Pending.answer`."""
         self._next_id = call_id = (self._next_id + 1) & 0xFFFFFFFF
-        done, result = self._waiting[call_id] = (trio.Event(), [])
-        self._out.send_nowait(call_message(call_id, request))
-        try:
-            await done.wait()
-        finally:
-            if self._waiting.pop(call_id, None) is not None and not result and self._broken is None:
-                self._out.send_nowait(encode(CANCEL, call_id))
-        return result[0]
+        pending = Pending(self, call_id)
+        if self._broken is not None:
+            pending.result = unreachable(self._broken)
+            return pending
+        self._waiting[call_id] = pending
+        self._outbox.put(call_message(call_id, request))
+        return pending
+
+    async def call(self, request: RemoteCall) -> Respond | Close:
+        """:meth:`send`, then the answer."""
+        return await self.send(request).answer()
+
+    def _cancel(self, call_id: int) -> None:
+        if self._waiting.pop(call_id, None) is not None and self._broken is None:
+            self._outbox.put(encode(CANCEL, call_id))
 
     async def run(self) -> None:
-        """Write the calls and read the answers until the channel ends."""
+        """Write what could not be written at once, and read the answers, until the
+        channel ends."""
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_write, self._queued, self._stream)
+                nursery.start_soon(self._outbox.run)
                 await self._read()
                 nursery.cancel_scope.cancel()
         finally:
             self._fail("the sidecar's owner process closed the channel")
 
-
     async def _read(self) -> None:
         decoder = Decoder()
         try:
-            while data := await self._stream.receive_some(READ_SIZE):
+            while data := await self._wire.receive(READ_SIZE):
                 for message in decoder.feed(data):
-                    waiting = self._waiting.get(message.call_id)
-                    if message.kind == ANSWER and waiting is not None:
-                        waiting[1].append(read_answer(message))
-                        waiting[0].set()
+                    pending = self._waiting.pop(message.call_id, None)
+                    if message.kind == ANSWER and pending is not None:
+                        pending.done(read_answer(message))
         except (trio.BrokenResourceError, trio.ClosedResourceError, ChannelError) as exc:
             log.error("the channel to the sidecar's owner process failed: %s", exc)
 
     def _fail(self, detail: str) -> None:
         self._broken = detail
-        for done, result in self._waiting.values():
-            if not result:
-                result.append(unreachable(detail))
-                done.set()
+        waiting, self._waiting = self._waiting, {}
+        for pending in waiting.values():
+            pending.done(unreachable(detail))
+
+
+class Pending:
+    """One call sent and not yet answered."""
+
+    __slots__ = ("_answered", "_client", "call_id", "result")
+
+    def __init__(self, client: OwnerClient, call_id: int) -> None:
+        self._client = client
+        self.call_id = call_id
+        self.result: Respond | Close | None = None
+        self._answered: trio.Event | None = None
+
+    def done(self, result: Respond | Close) -> None:
+        """The answer came (or the channel ended)."""
+        self.result = result
+        if self._answered is not None:
+            self._answered.set()
+
+    async def answer(self) -> Respond | Close:
+        """Wait for the answer; cancelling the wait cancels the call at the owner."""
+        if self.result is None:
+            self._answered = trio.Event()
+            try:
+                await self._answered.wait()
+            finally:
+                if self.result is None:
+                    self._client._cancel(self.call_id)
+        assert self.result is not None
+        return self.result
 
 
 #: The owner's answer to a call: now, or an awaitable to finish in the call's own task.
@@ -213,7 +264,8 @@ Begun = Respond | Close | Callable[[], Awaitable[Respond | Close]]
 async def serve_calls(stream: trio.abc.Stream, begin: Callable[[RemoteCall], Begun], name: str) -> None:
     """The owner's end for one worker (``name`` in logs). Each call begins as it is read, in
     order; an answer that comes later is awaited in its own task."""
-    out, queued = trio.open_memory_channel[bytes](math.inf)
+    wire = wire_for(stream)
+    outbox = Outbox(wire)
     running: dict[int, trio.CancelScope] = {}
 
     def failed(call: RemoteCall, exc: Exception) -> Close:  # a handler's bug costs its request only
@@ -229,13 +281,13 @@ async def serve_calls(stream: trio.abc.Stream, begin: Callable[[RemoteCall], Beg
                 result = failed(call, exc)
             finally:
                 running.pop(call_id, None)
-            out.send_nowait(answer_message(call_id, result))
+            outbox.put(answer_message(call_id, result))
 
     decoder = Decoder()
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_write, queued, stream)
-            while data := await stream.receive_some(READ_SIZE):
+            nursery.start_soon(outbox.run)
+            while data := await wire.receive(READ_SIZE):
                 for message in decoder.feed(data):
                     if message.kind == CALL:
                         call = read_call(message)
@@ -244,7 +296,7 @@ async def serve_calls(stream: trio.abc.Stream, begin: Callable[[RemoteCall], Beg
                         except Exception as exc:
                             begun = failed(call, exc)
                         if isinstance(begun, Respond | Close):
-                            out.send_nowait(answer_message(message.call_id, begun))
+                            outbox.put(answer_message(message.call_id, begun))
                         else:
                             nursery.start_soon(finish, message.call_id, call, begun)
                     elif message.kind == CANCEL and (scope := running.get(message.call_id)) is not None:

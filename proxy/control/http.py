@@ -32,7 +32,7 @@ class Probed(Protocol):
         """``None`` when ready, else why not (``/readyz``)."""
         ...
 
-    def before_scrape(self) -> None:
+    async def before_scrape(self) -> None:
         """Bring gauges up to date before ``/metrics`` is rendered."""
         ...
 
@@ -45,13 +45,13 @@ def _response(status: str, content_type: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
-def route(sidecar: Probed, method: str, path: str) -> bytes:
+async def route(sidecar: Probed, method: str, path: str) -> bytes:
     """The whole HTTP response for one request line."""
     path = path.split("?", 1)[0]
     if method not in ("GET", "HEAD"):
         return _response("405 Method Not Allowed", "text/plain", b"GET only\n")
     if path == "/metrics":
-        sidecar.before_scrape()
+        await sidecar.before_scrape()
         return _response("200 OK", CONTENT_TYPE_LATEST, generate_latest(sidecar.metrics_registry))
     if path == "/healthz":
         return _response("200 OK", "text/plain", b"ok\n")
@@ -76,7 +76,7 @@ async def _serve_one(sidecar: Probed, stream: trio.abc.Stream) -> None:
         if len(line) < 2:
             await stream.send_all(_response("400 Bad Request", "text/plain", b"bad request\n"))
         else:
-            response = route(sidecar, line[0], line[1])
+            response = await route(sidecar, line[0], line[1])
             if line[0] == "HEAD":  # the same head, no body (RFC 9110, 9.3.2)
                 response = response.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
             await stream.send_all(response)

@@ -27,10 +27,13 @@ picks the mode when it imports prometheus_client).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import prometheus_client.values
+import trio
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
@@ -53,8 +56,67 @@ def enable_multiprocess(directory: Path) -> None:
     os.environ[ENV] = str(directory)
     # Metric objects read ``values.ValueClass`` when they are created (metrics.py:
     # ``values.ValueClass(...)``), so replacing the module attribute is enough.
-    values = prometheus_client.values
-    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    prometheus_client.values.ValueClass = _buffered_value_class()
+
+
+#: Values changed since the last :func:`flush` (their files hold older numbers).
+_changed: set[Any] = set()
+_changing = threading.Lock()
+
+
+def _buffered_value_class() -> type:
+    """prometheus_client's value class for multiprocess mode, writing to its file only at
+    :func:`flush`.
+
+    Its own writes the memory-mapped file on every change, under a lock and after a check
+    for a fork: 1.2 us per counter increment and 3.1 us per histogram observation here,
+    against 0.4 and 1.0 in one process; at seven changes per request that was 7 us of the
+    34 us a worker spent on an ApiVersions answer. Here a change only updates the number
+    (under a lock: observers and ZooKeeper callbacks change metrics from their threads),
+    and :func:`flush` writes what changed: every second in each process
+    (:func:`flush_on_a_clock`), and before every scrape (the supervisor asks its workers
+    first, so a page is never older than the scrape). Processes started by ``fork`` after
+    metrics exist are not supported (the sidecar's workers come from a fork server).
+    """
+    base: type = prometheus_client.values.MultiProcessValue()  # type: ignore[no-untyped-call]
+
+    class BufferedValue(base):  # type: ignore[misc]
+        def inc(self, amount: float) -> None:
+            with _changing:
+                self._value += amount
+                self._timestamp = 0.0
+                _changed.add(self)
+
+        def set(self, value: float, timestamp: float | None = None) -> None:
+            with _changing:
+                self._value = value
+                self._timestamp = timestamp or 0.0
+                _changed.add(self)
+
+        def get(self) -> float:
+            with _changing:
+                return float(self._value)
+
+    return BufferedValue
+
+
+def flush() -> None:
+    """Write every changed value of this process to its file."""
+    with _changing:
+        changed = list(_changed)
+        _changed.clear()
+        for value in changed:
+            value._file.write_value(value._key, value._value, value._timestamp)
+
+
+async def flush_on_a_clock(interval: float = 1.0) -> None:
+    """:func:`flush` every ``interval`` seconds, and once more when cancelled."""
+    try:
+        while True:
+            await trio.sleep(interval)
+            flush()
+    finally:
+        flush()
 
 
 def page_registry(own: CollectorRegistry, directory: Path) -> CollectorRegistry:
@@ -98,4 +160,4 @@ class _Page(Collector):
                 yield family
 
 
-__all__ = ["ENV", "enable_multiprocess", "mark_dead", "page_registry"]
+__all__ = ["ENV", "enable_multiprocess", "flush", "flush_on_a_clock", "mark_dead", "page_registry"]

@@ -306,7 +306,7 @@ class Sidecar:
         """The registry ``/metrics`` exports."""
         return self.metrics.registry
 
-    def before_scrape(self) -> None:
+    async def before_scrape(self) -> None:
         """Bring the upstream gauge up to date."""
         self.metrics.upstream_up.set(1 if self.upstream.healthy else 0)
 

@@ -50,7 +50,7 @@ from proxy.config import HostPort, SidecarConfig
 from proxy.control import handoff
 from proxy.control.calls import serve_calls
 from proxy.control.http import serve_http
-from proxy.control.metrics_page import mark_dead, page_registry
+from proxy.control.metrics_page import flush, mark_dead, page_registry
 from proxy.control.owner import OwnerService
 from proxy.control.server import Role, Sidecar, log_drained
 from proxy.control.worker import worker_main
@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 RESTART_BACKOFF = 1.0
 #: How long a stop (a second signal) waits for each worker's count of abandoned requests.
 STOP_WAIT = 2.0
+#: How long a scrape waits for each worker to write its metrics.
+FLUSH_WAIT = 0.5
 #: How long the messages a worker sent before it exited may take to be read.
 LAST_WORDS = 1.0
 #: Beyond the drain deadline, how long a draining worker may take to flush its observers
@@ -100,6 +102,8 @@ class WorkerSlot:
     #: Requests the worker's connections forwarded, and answers the broker gave, at its drain.
     forwarded: int = 0
     broker_answers: int = 0
+    #: Set when the worker reports its metrics written (a scrape asked).
+    flushed: trio.Event = field(default_factory=trio.Event)
     #: Set once the slot's current process has exited and its connections were released.
     exited: trio.Event = field(default_factory=trio.Event)
 
@@ -142,9 +146,24 @@ class Supervisor:
         ready = sum(worker.ready for worker in self.workers)
         return None if ready == len(self.workers) else f"{ready} of {len(self.workers)} workers ready"
 
-    def before_scrape(self) -> None:
-        """Bring the supervisor's gauges up to date."""
-        self.sidecar.before_scrape()
+    async def before_scrape(self) -> None:
+        """Bring every process's numbers up to date: the supervisor's gauges, and each
+        worker's changes since its last flush (the workers are asked, and waited for up to
+        :data:`FLUSH_WAIT`)."""
+        await self.sidecar.before_scrape()
+        if self.metrics_dir is None:
+            return
+        flush()
+        asked = []
+        for worker in self.workers:
+            if worker.channel is not None and worker.ready:
+                worker.flushed = trio.Event()
+                with contextlib.suppress(OSError):
+                    await worker.channel.send({"op": "flush"})
+                    asked.append(worker)
+        with trio.move_on_after(FLUSH_WAIT):
+            for worker in asked:
+                await worker.flushed.wait()
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -233,6 +252,8 @@ class Supervisor:
                 done = worker.connections.pop(int(message["id"]), None)
                 if done is not None:
                     done.set()
+            elif op == "flushed":
+                worker.flushed.set()
             elif op == "drained":
                 worker.abandoned = int(message["abandoned"])
                 worker.forwarded = int(message.get("forwarded", 0))

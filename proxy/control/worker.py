@@ -11,18 +11,21 @@ sidecar-wide state. It ignores SIGTERM and SIGINT: the supervisor decides when i
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
+import os
 import signal
 import socket
 from collections.abc import Mapping
 from functools import partial
+from pathlib import Path
 
 import trio
 
 from proxy.config import HostPort, SidecarConfig, build_config
 from proxy.control import handoff
 from proxy.control.calls import OwnerClient
+from proxy.control.garbage import collect_fully_on_a_clock, keep_out_of_collections
+from proxy.control.metrics_page import ENV, enable_multiprocess, flush, flush_on_a_clock
 from proxy.control.server import Role, Sidecar
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,9 @@ def worker_main(index: int, workers: int, raw: Mapping[str, str], bound: Mapping
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     config = build_config(raw)  # the supervisor checked it: this cannot fail
+    directory = os.environ.get(ENV)
+    if directory:  # before any metric object: this process's changes are buffered too
+        enable_multiprocess(Path(directory))
     logging.basicConfig(level=config["sidecar.log.level"].upper(), force=True,
                         format=f"%(asctime)s %(levelname)s worker-{index} %(name)s: %(message)s")
     trio.run(_serve, index, workers, config, {name: HostPort(*address) for name, address in bound.items()},
@@ -48,10 +54,9 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
     async with trio.open_nursery() as nursery:
         nursery.start_soon(owner.run)
         await nursery.start(partial(sidecar.serve, bound=bound))
-        # What starting built lives as long as the process: keep it out of full
-        # collections (as ``ksidecar run`` does for one process).
-        gc.collect()
-        gc.freeze()
+        keep_out_of_collections()
+        nursery.start_soon(collect_fully_on_a_clock)
+        nursery.start_soon(flush_on_a_clock)
         await channel.send({"op": "ready"})
         async with trio.open_nursery() as connections:
             while (received := await channel.receive()) is not None:
@@ -59,6 +64,9 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
                 op = message["op"]
                 if op == "connection" and fd is not None:
                     connections.start_soon(_serve_one, sidecar, channel, fd, message)
+                elif op == "flush":
+                    flush()
+                    await channel.send({"op": "flushed"})
                 elif op == "drain":
                     abandoned = await sidecar.drain()
                     await channel.send({"op": "drained", "abandoned": abandoned,

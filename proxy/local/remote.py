@@ -5,7 +5,7 @@ embedded group coordinator, KIP-584 features, ACL administration, SCRAM credenti
 quota administration (docs/operations.md, "Workers"). A worker still decides everything
 about the request itself (its own SASL session, the ACL filter, the operators' filters,
 whether the entry ``takes`` it); only the handler moves. :func:`remote` swaps an entry's
-handler for one that sends a :class:`RemoteCall` to the owner and answers
+handler for one that sends a :class:`RemoteCall` to the owner as the request is read, and answers
 :class:`~proxy.local.api.Later` with what comes back, so the client's answer keeps its
 place in the response order as any other answer-later does.
 """
@@ -35,11 +35,20 @@ class RemoteCall:
     body: bytes
 
 
+class Sent(Protocol):
+    """A call on its way."""
+
+    async def answer(self) -> Respond | Close:
+        """The owner's answer (a :class:`Close` when it cannot be reached); cancelling the
+        wait cancels the call."""
+        ...
+
+
 class Owner(Protocol):
     """The channel to the process that owns the sidecar-wide state."""
 
-    async def call(self, request: RemoteCall) -> Respond | Close:
-        """The owner's answer to ``request`` (a :class:`Close` when it cannot be reached)."""
+    def send(self, request: RemoteCall) -> Sent:
+        """Send ``request`` now: calls reach the owner in the order they were read."""
         ...
 
 
@@ -64,9 +73,4 @@ class _Forwarded:
             api_version=header.api_version, correlation_id=header.correlation_id,
             client_id=header.client_id, body=request.raw,
         )
-        owner = self.owner
-
-        async def answer() -> Respond | Close:
-            return await owner.call(call)
-
-        return Later(answer=answer)
+        return Later(answer=self.owner.send(call).answer)

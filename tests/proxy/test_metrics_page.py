@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from proxy.control.metrics_page import ENV, enable_multiprocess, mark_dead, page_registry
+from proxy.control.metrics_page import ENV, enable_multiprocess, flush, mark_dead, page_registry
 
 #: What each worker records: (requests on PLAINTEXT, requests on SSL, open connections).
 WORKERS = ((1, 0, 2), (4, 2, 3), (0, 5, 7))
@@ -37,6 +37,7 @@ def worker(directory: str, plaintext: int, ssl: int, open_connections: int) -> N
     requests.labels("SSL").inc(ssl)
     active.set(open_connections)
     del up  # a worker never sets it: its 0 must not hide the supervisor's 1
+    flush()  # as a worker does every second, before a scrape and at its end
 
 
 class QuotaLike(Collector):
@@ -82,6 +83,7 @@ def test_the_page_sums_every_process_and_forgets_a_dead_ones_live_gauges(directo
     Gauge("t_upstream_up", "1 while up.", multiprocess_mode="livemax", registry=own).set(1)
     own.register(QuotaLike())
     pids = run_workers(directory)
+    flush()
 
     registry = page_registry(own, directory)
     names, values = page(registry)
@@ -110,3 +112,18 @@ def test_enabling_switches_the_value_class_of_metrics_created_afterwards(directo
     assert not getattr(before._value, "_multiprocess", False)
     assert getattr(after._value, "_multiprocess", False)
     assert [p.name for p in (directory / "sub").iterdir()] == [f"counter_{os.getpid()}.db"]
+
+
+def test_changes_reach_the_files_when_flushed_not_before(directory: Path) -> None:
+    enable_multiprocess(directory)
+    own = CollectorRegistry()
+    requests = Counter("t_buffered", "Requests.", registry=own)
+    requests.inc(3)
+    assert requests._value.get() == 3  # this process reads its own number at once
+    _, before = page(page_registry(own, directory))
+    assert before.get(("t_buffered_total", ())) in (None, 0.0)  # not written yet
+    flush()
+    requests.inc(2)
+    flush()
+    _, after = page(page_registry(own, directory))
+    assert after[("t_buffered_total", ())] == 5.0

@@ -80,10 +80,14 @@ async def test_the_owner_closes_for_what_it_does_not_own_and_for_an_unreadable_b
 async def test_a_workers_table_sends_the_owned_apis_and_keeps_its_own() -> None:
     sent: list[RemoteCall] = []
 
-    class Owner:
-        async def call(self, request: RemoteCall) -> Respond | Close:
-            sent.append(request)
+    class Answer:
+        async def answer(self) -> Respond | Close:
             return Respond(body=b"answered")
+
+    class Owner:
+        def send(self, request: RemoteCall) -> Answer:
+            sent.append(request)  # at once, when the handler runs: calls leave in order
+            return Answer()
 
     local = build_table(REGISTRY, TableSpec(groups=True))
     remote = build_table(REGISTRY, TableSpec(groups=True, owner=Owner()))
@@ -96,6 +100,7 @@ async def test_a_workers_table_sends_the_owned_apis_and_keeps_its_own() -> None:
                       client_software=("kcat", "1.7"))
     later = entry.handler(LocalRequest(header=header, body=None, raw=b"raw body"), context)
     assert isinstance(later, Later) and not later.hold
+    assert len(sent) == 1  # sent before its answer is awaited
     assert await later.answer() == Respond(body=b"answered")
     assert sent == [RemoteCall(listener="SASL", peer=("10.0.0.1", 9), principal="User:bob",
                                client_software=("kcat", "1.7"), api_key=DESCRIBE_CLIENT_QUOTAS, api_version=1,

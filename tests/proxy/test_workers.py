@@ -79,10 +79,6 @@ async def test_connections_go_to_the_least_loaded_worker_and_the_page_sums_them(
 def test_one_group_across_both_workers_is_served_by_one_coordinator(sidecar: SidecarServer) -> None:
     topic, group = f"w-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     trio.run(_create, sidecar, topic, 4)
-    producer = Producer({"bootstrap.servers": sidecar.bootstrap})
-    for i in range(40):
-        producer.produce(topic, f"{i}".encode(), partition=i % 4)
-    assert producer.flush(20) == 0
     config = {"bootstrap.servers": sidecar.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
               "enable.auto.commit": False, "session.timeout.ms": 10000}
     consumers = [Consumer(config), Consumer(config)]  # four connections each at least: both workers
@@ -91,6 +87,14 @@ def test_one_group_across_both_workers_is_served_by_one_coordinator(sidecar: Sid
         for consumer in consumers:
             consumer.subscribe([topic])
         deadline = time.monotonic() + 60
+        while sum(len(c.assignment()) for c in consumers) < 4 or not all(c.assignment() for c in consumers):
+            assert time.monotonic() < deadline, "the group never settled"
+            for consumer in consumers:
+                consumer.poll(0.1)
+        producer = Producer({"bootstrap.servers": sidecar.bootstrap})
+        for i in range(40):  # after the group settled: no rebalance hands a partition over mid-way
+            producer.produce(topic, f"{i}".encode(), partition=i % 4)
+        assert producer.flush(20) == 0
         while sum(map(len, got)) < 40 and time.monotonic() < deadline:
             for n, consumer in enumerate(consumers):
                 message = consumer.poll(0.2)
@@ -115,9 +119,11 @@ def test_a_killed_worker_is_replaced_within_a_second_and_the_other_workers_clien
 
 async def _kill_under_load(sidecar: SidecarServer) -> None:
     before = {w: metric(sidecar, "ksidecar_worker_restarts_total", worker=w) for w in "01"}
-    # Both workers idle: the first connection goes to worker 0, the second to worker 1.
-    await trio.sleep(0.5)
-    assert [metric(sidecar, "ksidecar_worker_connections", worker=w) for w in "01"] == [0.0, 0.0]
+    # Both workers idle (the last test's clients gone): the first connection goes to
+    # worker 0, the second to worker 1.
+    with trio.fail_after(10):
+        while [metric(sidecar, "ksidecar_worker_connections", worker=w) for w in "01"] != [0.0, 0.0]:
+            await trio.sleep(0.1)
     kept, doomed = await Wire.connect(sidecar.host, sidecar.port), await Wire.connect(sidecar.host, sidecar.port)
     await api_versions(kept, 1)
     await api_versions(doomed, 2)
