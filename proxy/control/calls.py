@@ -4,7 +4,8 @@ One Unix stream per worker carries every remote call of that worker, multiplexed
 and its answer share an id, answers come back in any order (a JoinGroup may wait for its
 rebalance while heartbeats pass it), and a call the worker gives up on (its client left)
 is cancelled at the owner. Each message is ``size:u32 kind:u8 id:u32`` then, for a call
-or an answer, ``meta size:u32``, a small JSON object and the body's bytes.
+or an answer, ``meta size:u32``, the metadata (packed fields, see :func:`call_message` and
+:func:`answer_message`) and the body's bytes.
 
 :class:`OwnerClient` is the worker's end (a :class:`~proxy.local.remote.Owner`);
 :func:`serve_calls` is the owner's, one per worker.
@@ -12,12 +13,10 @@ or an answer, ``meta size:u32``, a small JSON object and the body's bytes.
 
 from __future__ import annotations
 
-import json
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -45,13 +44,13 @@ class Message:
 
     kind: int
     call_id: int
-    meta: dict[str, Any]
+    meta: bytes
     body: bytes
 
 
-def encode(kind: int, call_id: int, meta: dict[str, Any] | None = None, body: bytes = b"") -> bytes:
+def encode(kind: int, call_id: int, meta: bytes | None = None, body: bytes = b"") -> bytes:
     """One message's bytes."""
-    tail = b"" if meta is None else _META.pack(len(raw := json.dumps(meta).encode())) + raw + body
+    tail = b"" if meta is None else _META.pack(len(meta)) + meta + body
     return _HEAD.pack(_HEAD.size - 4 + len(tail), kind, call_id) + tail
 
 
@@ -72,80 +71,139 @@ class Decoder:
             end = 4 + size
             if len(buffer) < end:
                 return
-            meta: dict[str, Any] = {}
-            body = b""
+            meta = body = b""
             if end > _HEAD.size:
+                if end < _HEAD.size + _META.size:
+                    raise ChannelError(f"a message of {size} bytes cannot hold its metadata's size")
                 (meta_size,) = _META.unpack_from(buffer, _HEAD.size)
                 start = _HEAD.size + _META.size
-                try:
-                    meta = json.loads(bytes(buffer[start:start + meta_size]))
-                except ValueError as exc:
-                    raise ChannelError(f"unreadable metadata: {exc}") from None
+                if start + meta_size > end:
+                    raise ChannelError(f"metadata of {meta_size} bytes in a message of {size}")
+                meta = bytes(buffer[start:start + meta_size])
                 body = bytes(buffer[start + meta_size:end])
             del buffer[:end]
             yield Message(kind, call_id, meta, body)
 
 
+# A call's metadata: api key, version, correlation id, port, then six strings (listener,
+# host, principal, client id, client software name and version; u16 size, 0xFFFF for none).
+_CALL = struct.Struct(">hhiH")
+# An answer's: flags (CLOSED, LAST), the response version (-1: the request's), the linger,
+# then for a close two strings (reason, detail).
+_ANSWER = struct.Struct(">Bhd")
+_SIZE = struct.Struct(">H")
+_NONE = 0xFFFF
+CLOSED, LAST = 1, 2
+
+
+def _strings(*values: str | None) -> bytes:
+    out = bytearray()
+    for value in values:
+        if value is None:
+            out += _SIZE.pack(_NONE)
+        else:
+            raw = value.encode()
+            if len(raw) >= _NONE:
+                raise ValueError(f"a string of {len(raw)} bytes does not fit a call")
+            out += _SIZE.pack(len(raw)) + raw
+    return bytes(out)
+
+
+def _read_strings(meta: bytes, at: int, count: int) -> list[str | None]:
+    values: list[str | None] = []
+    for _ in range(count):
+        if at + 2 > len(meta):
+            raise ChannelError("metadata ends inside a string's size")
+        (size,) = _SIZE.unpack_from(meta, at)
+        at += 2
+        if size == _NONE:
+            values.append(None)
+            continue
+        if at + size > len(meta):
+            raise ChannelError("metadata ends inside a string")
+        try:
+            values.append(meta[at:at + size].decode())
+        except UnicodeDecodeError as exc:
+            raise ChannelError(f"a string that is not UTF-8: {exc}") from None
+        at += size
+    if at != len(meta):
+        raise ChannelError(f"{len(meta) - at} byte(s) after the metadata")
+    return values
+
+
 def call_message(call_id: int, call: RemoteCall) -> bytes:
     """A :class:`RemoteCall` as a message."""
-    meta = {"l": call.listener, "h": call.peer[0], "p": call.peer[1], "u": call.principal,
-            "s": list(call.client_software) if call.client_software else None, "k": call.api_key,
-            "v": call.api_version, "c": call.correlation_id, "i": call.client_id}
+    name, version = call.client_software if call.client_software is not None else (None, None)
+    meta = _CALL.pack(call.api_key, call.api_version, call.correlation_id, call.peer[1]) + _strings(
+        call.listener, call.peer[0], call.principal, call.client_id, name, version)
     return encode(CALL, call_id, meta, call.body)
 
 
 def read_call(message: Message) -> RemoteCall:
     """The :class:`RemoteCall` a CALL message carries."""
-    m = message.meta
-    try:
-        software = m["s"]
-        return RemoteCall(listener=str(m["l"]), peer=(str(m["h"]), int(m["p"])), principal=str(m["u"]),
-                          client_software=(str(software[0]), str(software[1])) if software else None,
-                          api_key=int(m["k"]), api_version=int(m["v"]), correlation_id=int(m["c"]),
-                          client_id=None if m["i"] is None else str(m["i"]), body=message.body)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise ChannelError(f"unreadable call: {exc!r}") from None
+    meta = message.meta
+    if len(meta) < _CALL.size:
+        raise ChannelError(f"a call's metadata of {len(meta)} bytes")
+    api_key, api_version, correlation_id, port = _CALL.unpack_from(meta)
+    listener, host, principal, client_id, name, version = _read_strings(meta, _CALL.size, 6)
+    if listener is None or host is None or principal is None:
+        raise ChannelError("a call without its listener, host or principal")
+    return RemoteCall(listener=listener, peer=(host, port), principal=principal,
+                      client_software=(name, version) if name is not None and version is not None else None,
+                      api_key=api_key, api_version=api_version, correlation_id=correlation_id,
+                      client_id=client_id, body=message.body)
 
 
 def answer_message(call_id: int, answer: Respond | Close) -> bytes:
     """An answer (its body already encoded) as a message."""
     if isinstance(answer, Respond):
         assert isinstance(answer.body, bytes)
-        return encode(ANSWER, call_id, {"v": answer.version}, answer.body)
+        version = -1 if answer.version is None else answer.version
+        return encode(ANSWER, call_id, _ANSWER.pack(0, version, 0.0), answer.body)
     last = answer.answer
-    meta = {"close": answer.reason, "detail": answer.detail, "linger": answer.linger,
-            "last": last is not None, "v": None if last is None else last.version}
+    version = -1 if last is None or last.version is None else last.version
+    meta = _ANSWER.pack(CLOSED | (LAST if last is not None else 0), version, answer.linger)
     body = b"" if last is None else last.body
     assert isinstance(body, bytes)
-    return encode(ANSWER, call_id, meta, body)
+    return encode(ANSWER, call_id, meta + _strings(answer.reason, answer.detail), body)
 
 
 def read_answer(message: Message) -> Respond | Close:
     """The answer an ANSWER message carries."""
-    m = message.meta
-    try:
-        version = None if m.get("v") is None else int(m["v"])
-        if "close" not in m:
-            return Respond(body=message.body, version=version)
-        last = Respond(body=message.body, version=version) if m["last"] else None
-        return Close(reason=str(m["close"]), detail=str(m["detail"]), answer=last, linger=float(m["linger"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ChannelError(f"unreadable answer: {exc!r}") from None
+    meta = message.meta
+    if len(meta) < _ANSWER.size:
+        raise ChannelError(f"an answer's metadata of {len(meta)} bytes")
+    flags, raw_version, linger = _ANSWER.unpack_from(meta)
+    version = None if raw_version == -1 else raw_version
+    if not flags & CLOSED:
+        _read_strings(meta, _ANSWER.size, 0)
+        return Respond(body=message.body, version=version)
+    reason, detail = _read_strings(meta, _ANSWER.size, 2)
+    last = Respond(body=message.body, version=version) if flags & LAST else None
+    return Close(reason=reason or "", detail=detail or "", answer=last, linger=linger)
 
 
 class Outbox:
     """Messages to one peer, in order: written at once when the socket takes them (one
-    scheduler pass less for every call and answer), the rest by :meth:`run`."""
+    scheduler pass less for every call and answer), the rest by :meth:`run`. Once the peer
+    is gone, messages are dropped: the reader of the same channel sees the end and says so."""
 
     def __init__(self, wire: Wire) -> None:
         self._wire = wire
         self._backlog: list[bytes] = []
         self._more = trio.Event()
+        self.broken = False
 
     def put(self, message: bytes) -> None:
         """Send ``message`` after everything put before it."""
+        if self.broken:
+            return
         if not self._backlog:
-            sent = self._wire.try_send(message)
+            try:
+                sent = self._wire.try_send(message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.broken = True
+                return
             if sent == len(message):
                 return
             message = message[sent:]
@@ -153,13 +211,17 @@ class Outbox:
         self._more.set()
 
     async def run(self) -> None:
-        """Write the backlog whenever there is one, until cancelled."""
-        while True:
+        """Write the backlog whenever there is one, until cancelled or the peer is gone."""
+        while not self.broken:
             await self._more.wait()
             self._more = trio.Event()
             while self._backlog:
                 batch, self._backlog = b"".join(self._backlog), []
-                await self._wire.send(batch)
+                try:
+                    await self._wire.send(batch)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self.broken = True
+                    return
 
 
 def unreachable(detail: str) -> Close:
@@ -216,7 +278,12 @@ class OwnerClient:
                 for message in decoder.feed(data):
                     pending = self._waiting.pop(message.call_id, None)
                     if message.kind == ANSWER and pending is not None:
-                        pending.done(read_answer(message))
+                        try:
+                            pending.done(read_answer(message))
+                        except ChannelError:
+                            raise
+                        except Exception:  # a taker's bug costs its own call, not the channel
+                            log.exception("taking the answer to call %d failed", message.call_id)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ChannelError) as exc:
             log.error("the channel to the sidecar's owner process failed: %s", exc)
 
@@ -230,19 +297,37 @@ class OwnerClient:
 class Pending:
     """One call sent and not yet answered."""
 
-    __slots__ = ("_answered", "_client", "call_id", "result")
+    __slots__ = ("_answered", "_callback", "_client", "call_id", "result")
 
     def __init__(self, client: OwnerClient, call_id: int) -> None:
         self._client = client
         self.call_id = call_id
         self.result: Respond | Close | None = None
         self._answered: trio.Event | None = None
+        self._callback: Callable[[Respond | Close], None] | None = None
 
     def done(self, result: Respond | Close) -> None:
         """The answer came (or the channel ended)."""
         self.result = result
         if self._answered is not None:
             self._answered.set()
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback(result)
+
+    def when_ready(self, callback: Callable[[Respond | Close], None]) -> Callable[[], None]:
+        """Call ``callback`` with the answer when it comes (at once if it has); the function
+        returned gives up on it, and cancels the call at the owner."""
+        if self.result is not None:
+            callback(self.result)
+        else:
+            self._callback = callback
+        return self._give_up
+
+    def _give_up(self) -> None:
+        self._callback = None
+        if self.result is None:
+            self._client._cancel(self.call_id)
 
     async def answer(self) -> Respond | Close:
         """Wait for the answer; cancelling the wait cancels the call at the owner."""
@@ -283,24 +368,27 @@ async def serve_calls(stream: trio.abc.Stream, begin: Callable[[RemoteCall], Beg
                 running.pop(call_id, None)
             outbox.put(answer_message(call_id, result))
 
-    decoder = Decoder()
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(outbox.run)
-            while data := await wire.receive(READ_SIZE):
-                for message in decoder.feed(data):
-                    if message.kind == CALL:
-                        call = read_call(message)
-                        try:
-                            begun = begin(call)
-                        except Exception as exc:
-                            begun = failed(call, exc)
-                        if isinstance(begun, Respond | Close):
-                            outbox.put(answer_message(message.call_id, begun))
-                        else:
-                            nursery.start_soon(finish, message.call_id, call, begun)
-                    elif message.kind == CANCEL and (scope := running.get(message.call_id)) is not None:
-                        scope.cancel()
-            nursery.cancel_scope.cancel()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, ChannelError) as exc:
-        log.warning("the call channel of %s ended: %s", name, exc)
+    async def read(nursery: trio.Nursery) -> None:
+        decoder = Decoder()
+        while data := await wire.receive(READ_SIZE):
+            for message in decoder.feed(data):
+                if message.kind == CALL:
+                    call = read_call(message)
+                    try:
+                        begun = begin(call)
+                    except Exception as exc:
+                        begun = failed(call, exc)
+                    if isinstance(begun, Respond | Close):
+                        outbox.put(answer_message(message.call_id, begun))
+                    else:
+                        nursery.start_soon(finish, message.call_id, call, begun)
+                elif message.kind == CANCEL and (scope := running.get(message.call_id)) is not None:
+                    scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.run)
+        try:  # inside the nursery: what it raises would reach us wrapped in a group
+            await read(nursery)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ChannelError) as exc:
+            log.warning("the call channel of %s ended: %s", name, exc)
+        nursery.cancel_scope.cancel()

@@ -239,7 +239,17 @@ class Supervisor:
 
     async def _listen(self, worker: WorkerSlot, channel: handoff.Channel, heard_all: trio.Event) -> None:
         """What the worker tells, until its end closes: ready, a connection closed, its drain's count."""
-        while (received := await channel.receive()) is not None:
+        while True:
+            try:
+                received = await channel.receive()
+            except handoff.HandOffError as exc:  # never from our workers; logged, skipped
+                log.error("worker %d sent what is not a message: %s", worker.index, exc)
+                continue
+            except OSError as exc:
+                log.error("the channel to worker %d failed: %s", worker.index, exc)
+                break
+            if received is None:
+                break
             message, fd = received
             if fd is not None:  # workers never send sockets
                 os.close(fd)
@@ -252,6 +262,9 @@ class Supervisor:
                 done = worker.connections.pop(int(message["id"]), None)
                 if done is not None:
                     done.set()
+            elif op == "ping":
+                with contextlib.suppress(OSError):
+                    await channel.send({"op": "pong"})
             elif op == "flushed":
                 worker.flushed.set()
             elif op == "drained":

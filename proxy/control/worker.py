@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -29,6 +30,11 @@ from proxy.control.metrics_page import ENV, enable_multiprocess, flush, flush_on
 from proxy.control.server import Role, Sidecar
 
 log = logging.getLogger(__name__)
+
+#: How often a worker asks whether its supervisor still answers.
+PING_INTERVAL = 1.0
+#: The shortest silence of the supervisor a worker waits out before it stops.
+MIN_SUPERVISOR_SILENCE = 3.0
 
 
 def worker_main(index: int, workers: int, raw: Mapping[str, str], bound: Mapping[str, tuple[str, int]],
@@ -58,16 +64,23 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
         nursery.start_soon(collect_fully_on_a_clock)
         nursery.start_soon(flush_on_a_clock)
         await channel.send({"op": "ready"})
+        heard = [trio.current_time()]
+        silence = max(MIN_SUPERVISOR_SILENCE, config["zookeeper.session.timeout.ms"] / 1000)
+        nursery.start_soon(_watch_supervisor, channel, heard, silence, nursery.cancel_scope)
         async with trio.open_nursery() as connections:
             while (received := await channel.receive()) is not None:
+                heard[0] = trio.current_time()
                 message, fd = received
                 op = message["op"]
                 if op == "connection" and fd is not None:
                     connections.start_soon(_serve_one, sidecar, channel, fd, message)
+                elif op == "pong":
+                    pass
                 elif op == "flush":
                     flush()
                     await channel.send({"op": "flushed"})
                 elif op == "drain":
+                    heard[0] = math.inf  # the supervisor waits for this drain: no watch meanwhile
                     abandoned = await sidecar.drain()
                     await channel.send({"op": "drained", "abandoned": abandoned,
                                                  "forwarded": sidecar.forwarded_total,
@@ -80,6 +93,24 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
                     log.error("unexpected message from the supervisor: %s", message)
             connections.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
+
+
+async def _watch_supervisor(channel: handoff.Channel, heard: list[float], silence: float,
+                            everything: trio.CancelScope) -> None:
+    """Ask the supervisor every :data:`PING_INTERVAL`; if it says nothing for ``silence``
+    seconds (stopped, or starved), end this worker: the supervisor owns admission and the
+    shared state, so this worker's clients are better off reconnecting (to other sidecars,
+    while this one does not answer). A supervisor that comes back starts a new worker."""
+    while True:
+        await trio.sleep(PING_INTERVAL)
+        if trio.current_time() - heard[0] > silence:
+            log.error("the supervisor has said nothing for %.1f s (zookeeper.session.timeout.ms, at least "
+                      "%g s): this worker stops; its clients reconnect", trio.current_time() - heard[0],
+                      MIN_SUPERVISOR_SILENCE)
+            everything.cancel()
+            return
+        with contextlib.suppress(OSError):
+            await channel.send({"op": "ping"})
 
 
 async def _serve_one(sidecar: Sidecar, channel: handoff.Channel, fd: int, message: dict[str, object]) -> None:

@@ -151,7 +151,7 @@ class Connection:
     """
 
     __slots__ = (
-        "_expired", "_held", "_nursery", "_pool", "_receive_scope", "_stop", "client", "client_wire",
+        "_expired", "_held", "_nursery", "_owed", "_pool", "_receive_scope", "_stop", "client", "client_wire",
         "context", "dispatch", "frame_began", "gate", "last_receive", "link", "listener", "max_buffered",
         "max_in_flight", "metrics", "parts", "peer", "registry", "responses", "stats", "tap", "tracker",
         "writer",
@@ -182,6 +182,8 @@ class Connection:
         #: The scope of the one read in progress (cancelled by :meth:`stop_reading`).
         self._receive_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
+        #: Answers other processes owe (:attr:`Later.when_ready`): how to give up on each.
+        self._owed: dict[int, Callable[[], None]] = {}
         #: Writes to the client, in request order (:mod:`proxy.datapath.writer`).
         self.writer = ClientWriter(self.responses, self.client_wire, self._account, self.tap)
         #: The broker side: the link, the answers owed, the upstream pump (:mod:`proxy.datapath.broker_link`).
@@ -231,6 +233,10 @@ class Connection:
         except BaseExceptionGroup as group:
             reason, detail = reason_of(group)
         finally:
+            self._nursery = None
+            owed, self._owed = self._owed, {}
+            for give_up in owed.values():  # answers other processes still owe: not wanted now
+                give_up()
             if idle is not None:
                 idle.discard(self)
             if self._expired is not None:
@@ -494,11 +500,28 @@ class Connection:
                 await self.link.send(parts)
                 self.writer.deliver()
                 await self._answer_later(answer, record, slot)
+            elif answer.when_ready is not None:  # another process answers: no task waits
+                key = id(slot)
+                self._owed[key] = answer.when_ready(lambda done: self._answered(done, record, slot, key))
             else:
                 self._nursery.start_soon(self._answer_later, answer, record, slot)
         else:
             await self.link.send(parts)
             await self._close(answer, record, slot)
+
+    def _answered(self, answer: Respond | LocalClose, record: InFlight, slot: Slot, key: int) -> None:
+        """An answer another process gave, as it comes: in its slot, and out."""
+        nursery = self._nursery
+        if self._owed.pop(key, None) is None or nursery is None:
+            return  # the connection ended first
+        if not isinstance(answer, Respond):
+            nursery.start_soon(self._close, answer, record, slot)
+            return
+        try:
+            self.responses.fill(slot, self.dispatch.encoded(record.header, answer), trio.current_time())
+            self.writer.deliver()
+        except Exception as exc:  # called by the other process's reader: fail this connection only
+            nursery.start_soon(_raise, exc)
 
     async def _answer_later(self, later: Later, record: InFlight, slot: Slot) -> None:
         """Await an answer-later and fill its slot (runs in the connection's nursery)."""
@@ -624,3 +647,8 @@ class Connection:
     async def _wait_for_observers(self) -> None:
         assert self.tap is not None
         await wait_for_room(self.tap)
+
+
+async def _raise(exc: Exception) -> NoReturn:
+    """End a connection with ``exc`` from a task of its nursery, as if raised there."""
+    raise exc

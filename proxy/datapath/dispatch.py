@@ -550,7 +550,15 @@ class Dispatch:
                 done = await later.answer()
                 return self._patch_respond(done, patch, header) if isinstance(done, Respond) else done
 
-            return Later(answer=patched_later, hold=later.hold)
+            when_ready = None
+            if later.when_ready is not None:
+                subscribe = later.when_ready
+
+                def when_ready(callback: Callable[[Respond | LocalClose], None]) -> Callable[[], None]:
+                    return subscribe(lambda done: callback(
+                        self._patch_respond(done, patch, header) if isinstance(done, Respond) else done))
+
+            return Later(answer=patched_later, hold=later.hold, when_ready=when_ready)
         return answer
 
     def _patch_respond(self, answer: Respond, patch: Patch, header: RequestHeader) -> Respond:

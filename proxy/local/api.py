@@ -72,6 +72,11 @@ class Respond:
     raw: bool = False
 
 
+#: ``when_ready(callback)``: call ``callback`` with the answer once it comes; returns a
+#: function that gives up waiting (see :attr:`Later.when_ready`).
+WhenReady = Callable[[Callable[["Respond | Close"], None]], Callable[[], None]]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Later:
     """An answer that comes later: the connection awaits ``answer()`` in its nursery."""
@@ -79,6 +84,11 @@ class Later:
     answer: Callable[[], Awaitable[Respond | Close]]
     #: Read no further request until this one is answered (see the module docstring).
     hold: bool = False
+    #: An answer another process gives (:mod:`proxy.local.remote`) may be taken this way
+    #: instead: the connection hands it a callback for the answer, called when it comes (no
+    #: task waits for it); the function it returns gives up on the answer (the connection
+    #: closed first).
+    when_ready: WhenReady | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -12,7 +12,7 @@ place in the response order as any other answer-later does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -41,6 +41,11 @@ class Sent(Protocol):
     async def answer(self) -> Respond | Close:
         """The owner's answer (a :class:`Close` when it cannot be reached); cancelling the
         wait cancels the call."""
+        ...
+
+    def when_ready(self, callback: Callable[[Respond | Close], None]) -> Callable[[], None]:
+        """Call ``callback`` with the answer when it comes; the function returned cancels
+        the call instead."""
         ...
 
 
@@ -73,4 +78,5 @@ class _Forwarded:
             api_version=header.api_version, correlation_id=header.correlation_id,
             client_id=header.client_id, body=request.raw,
         )
-        return Later(answer=self.owner.send(call).answer)
+        sent = self.owner.send(call)
+        return Later(answer=sent.answer, when_ready=sent.when_ready)

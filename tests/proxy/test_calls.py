@@ -3,7 +3,6 @@ trio's virtual clock over memory streams."""
 
 from __future__ import annotations
 
-import json
 import struct
 
 import pytest
@@ -27,12 +26,18 @@ def test_a_call_message_is_its_fields_and_its_body_by_hand() -> None:
     size, kind, call_id, meta_size = struct.unpack_from(">IBII", message)
     assert (kind, call_id) == (1, 5)
     assert size == len(message) - 4
-    meta = json.loads(message[13:13 + meta_size])
-    assert meta == {"l": "PLAINTEXT", "h": "127.0.0.9", "p": 40000, "u": "User:alice",
-                    "s": ["librdkafka", "2.3.0"], "k": 12, "v": 4, "c": 7, "i": "c1"}
+    meta = message[13:13 + meta_size]
+    # api key 12, v4, correlation id 7, port 40000; then six strings, each u16 size + UTF-8
+    assert meta == (b"\x00\x0c" b"\x00\x04" b"\x00\x00\x00\x07" b"\x9c\x40"
+                    b"\x00\x09PLAINTEXT" b"\x00\x09127.0.0.9" b"\x00\x0aUser:alice" b"\x00\x02c1"
+                    b"\x00\x0alibrdkafka" b"\x00\x052.3.0")
     assert message[13 + meta_size:] == b"\x00\x01body"
     [decoded] = list(Decoder().feed(message))
     assert calls.read_call(decoded) == CALL
+    anonymous = calls.call_message(6, _call(1))  # no client id, no software: 0xFFFF sizes
+    assert anonymous.count(b"\xff\xff") == 3
+    [decoded] = list(Decoder().feed(anonymous))
+    assert calls.read_call(decoded) == _call(1)
 
 
 def test_answers_round_trip_respond_and_close_with_a_last_answer() -> None:
@@ -181,3 +186,74 @@ def _call(correlation_id: int) -> RemoteCall:
     return RemoteCall(listener="PLAINTEXT", peer=("127.0.0.1", 1), principal="User:ANONYMOUS",
                       client_software=None, api_key=12, api_version=4, correlation_id=correlation_id,
                       client_id=None, body=b"%d" % correlation_id)
+
+
+async def test_an_answer_taken_by_callback_comes_without_a_task_and_giving_up_cancels_the_call(
+        autojump_clock: trio.testing.MockClock) -> None:
+    worker_end, owner_end = trio.testing.memory_stream_pair()
+    cancelled: list[int] = []
+
+    def begin(call: RemoteCall) -> calls.Begun:
+        async def later() -> Respond | Close:
+            try:
+                await trio.sleep(call.correlation_id)
+            except trio.Cancelled:
+                cancelled.append(call.correlation_id)
+                raise
+            return Respond(body=b"%d" % call.correlation_id)
+        return later
+
+    client = OwnerClient(worker_end)
+    taken: list[tuple[int, Respond | Close]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_calls, owner_end, begin, "worker 0")
+        nursery.start_soon(client.run)
+        client.send(_call(2)).when_ready(lambda done: taken.append((2, done)))
+        give_up = client.send(_call(5)).when_ready(lambda done: taken.append((5, done)))
+        await trio.sleep(3)
+        give_up()  # its connection closed: the owner hears of it
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert taken == [(2, Respond(body=b"2"))]
+    assert cancelled == [5]
+
+
+async def test_a_taker_that_raises_does_not_end_the_channel(autojump_clock: trio.testing.MockClock) -> None:
+    worker_end, owner_end = trio.testing.memory_stream_pair()
+    client = OwnerClient(worker_end)
+
+    def broken(done: Respond | Close) -> None:
+        raise RuntimeError("the client's socket broke")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_calls, owner_end, lambda call: Respond(body=b"ok"), "worker 0")
+        nursery.start_soon(client.run)
+        client.send(_call(1)).when_ready(broken)
+        assert await client.call(_call(2)) == Respond(body=b"ok")
+        nursery.cancel_scope.cancel()
+
+
+async def test_answers_to_a_worker_that_is_gone_are_dropped_and_the_owner_goes_on(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The worker's end closed while its calls were answered: the owner's end stops quietly
+    (the supervisor starts a new worker; nothing of it must fail)."""
+    worker_end, owner_end = trio.testing.memory_stream_pair()
+    ended = trio.Event()
+
+    def begin(call: RemoteCall) -> calls.Begun:
+        async def later() -> Respond | Close:
+            await trio.sleep(1)
+            return Respond(body=b"late")
+        return later
+
+    async def serve() -> None:
+        await serve_calls(owner_end, begin, "worker 0")
+        ended.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await worker_end.send_all(calls.call_message(1, _call(1)))
+        await trio.sleep(0.1)
+        await worker_end.aclose()
+        with trio.fail_after(5):
+            await ended.wait()

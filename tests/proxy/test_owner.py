@@ -5,6 +5,7 @@ worker count (proxy/control/supervisor.py), without processes."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,10 @@ async def test_a_workers_table_sends_the_owned_apis_and_keeps_its_own() -> None:
         async def answer(self) -> Respond | Close:
             return Respond(body=b"answered")
 
+        def when_ready(self, callback: Callable[[Respond | Close], None]) -> Callable[[], None]:
+            callback(Respond(body=b"answered"))
+            return lambda: None
+
     class Owner:
         def send(self, request: RemoteCall) -> Answer:
             sent.append(request)  # at once, when the handler runs: calls leave in order
@@ -102,6 +107,10 @@ async def test_a_workers_table_sends_the_owned_apis_and_keeps_its_own() -> None:
     assert isinstance(later, Later) and not later.hold
     assert len(sent) == 1  # sent before its answer is awaited
     assert await later.answer() == Respond(body=b"answered")
+    assert later.when_ready is not None
+    taken: list[Respond | Close] = []
+    later.when_ready(taken.append)
+    assert taken == [Respond(body=b"answered")]
     assert sent == [RemoteCall(listener="SASL", peer=("10.0.0.1", 9), principal="User:bob",
                                client_software=("kcat", "1.7"), api_key=DESCRIBE_CLIENT_QUOTAS, api_version=1,
                                correlation_id=11, client_id="x", body=b"raw body")]
