@@ -64,12 +64,12 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
         nursery.start_soon(collect_fully_on_a_clock)
         nursery.start_soon(flush_on_a_clock)
         await channel.send({"op": "ready"})
-        heard = [trio.current_time()]
+        missed = [0.0]  # pings unanswered in a row (the supervisor answers each)
         silence = max(MIN_SUPERVISOR_SILENCE, config["zookeeper.session.timeout.ms"] / 1000)
-        nursery.start_soon(_watch_supervisor, channel, heard, silence, nursery.cancel_scope)
+        nursery.start_soon(_watch_supervisor, channel, missed, silence, nursery.cancel_scope)
         async with trio.open_nursery() as connections:
             while (received := await channel.receive()) is not None:
-                heard[0] = trio.current_time()
+                missed[0] = 0
                 message, fd = received
                 op = message["op"]
                 if op == "connection" and fd is not None:
@@ -80,7 +80,7 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
                     flush()
                     await channel.send({"op": "flushed"})
                 elif op == "drain":
-                    heard[0] = math.inf  # the supervisor waits for this drain: no watch meanwhile
+                    missed[0] = -math.inf  # the supervisor waits for this drain: no watch meanwhile
                     abandoned = await sidecar.drain()
                     await channel.send({"op": "drained", "abandoned": abandoned,
                                                  "forwarded": sidecar.forwarded_total,
@@ -95,22 +95,24 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
         nursery.cancel_scope.cancel()
 
 
-async def _watch_supervisor(channel: handoff.Channel, heard: list[float], silence: float,
+async def _watch_supervisor(channel: handoff.Channel, missed: list[float], silence: float,
                             everything: trio.CancelScope) -> None:
-    """Ask the supervisor every :data:`PING_INTERVAL`; if it says nothing for ``silence``
-    seconds (stopped, or starved), end this worker: the supervisor owns admission and the
-    shared state, so this worker's clients are better off reconnecting (to other sidecars,
-    while this one does not answer). A supervisor that comes back starts a new worker."""
+    """Ask the supervisor every :data:`PING_INTERVAL`; if ``silence`` seconds of pings in a
+    row go unanswered (it is stopped, or starved), end this worker: the supervisor owns
+    admission and the shared state, so this worker's clients are better off reconnecting
+    (to other sidecars, while this one does not answer). Counted in pings, not by the
+    clock: a sidecar frozen whole (every process) is not silent when it resumes. A
+    supervisor that comes back starts a new worker."""
     while True:
         await trio.sleep(PING_INTERVAL)
-        if trio.current_time() - heard[0] > silence:
-            log.error("the supervisor has said nothing for %.1f s (zookeeper.session.timeout.ms, at least "
-                      "%g s): this worker stops; its clients reconnect", trio.current_time() - heard[0],
-                      MIN_SUPERVISOR_SILENCE)
+        if missed[0] * PING_INTERVAL >= silence:
+            log.error("the supervisor has answered none of %d pings (zookeeper.session.timeout.ms, at least "
+                      "%g s): this worker stops; its clients reconnect", missed[0], MIN_SUPERVISOR_SILENCE)
             everything.cancel()
             return
         with contextlib.suppress(OSError):
             await channel.send({"op": "ping"})
+        missed[0] += 1
 
 
 async def _serve_one(sidecar: Sidecar, channel: handoff.Channel, fd: int, message: dict[str, object]) -> None:

@@ -106,12 +106,13 @@ def test_own_broker_is_listed_across_a_zookeeper_session_expiry(
             ask(1.0)
             # The sidecar is frozen longer than its session timeout, so ZooKeeper (running)
             # expires the session; when it resumes, kazoo learns it on reconnecting. (Freezing
-            # ZooKeeper instead races its expiry thread against the client's reconnect.)
-            os.kill(sidecar.process.pid or 0, signal.SIGSTOP)
+            # ZooKeeper instead races its expiry thread against the client's reconnect.) The
+            # whole sidecar: its process group, the supervisor and its workers.
+            os.killpg(sidecar.process.pid or 0, signal.SIGSTOP)
             try:
                 time.sleep(7.0)
             finally:
-                os.kill(sidecar.process.pid or 0, signal.SIGCONT)
+                os.killpg(sidecar.process.pid or 0, signal.SIGCONT)
             ask(6.0)  # expiry noticed, re-registration, the watch rebuilt
             log = sidecar.log_path.read_text()
         assert "registering /brokers/ids" in log, "the session did not expire: the test proves nothing"
