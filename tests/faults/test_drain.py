@@ -45,8 +45,9 @@ def test_sigterm_under_pipelined_load_answers_everything_applied(
 ) -> None:
     topic = f"drain-{uuid.uuid4().hex[:10]}"
     batch = record_batch(1, 100)
+    # Two workers: SIGTERM drains every one, and the supervisor's line sums them.
     with sidecar_process(tmp_path, tansu.bootstrap, f"drain{run}",
-                         **{"sidecar.shutdown.drain.ms": "20000"}) as sidecar:
+                         **{"sidecar.shutdown.drain.ms": "20000", "sidecar.workers": "2"}) as sidecar:
         create_topic(sidecar.port, topic)
         clients = [
             PipelinedClient(sidecar.port, [produce_request(i, topic, batch, acks=1, version=8)
