@@ -231,7 +231,7 @@ def unreachable(detail: str) -> Close:
 
 
 class OwnerClient:
-    """The worker's end: :meth:`call` from any task, :meth:`run` reads the answers."""
+    """The worker's end: :meth:`send` from any task, :meth:`run` reads the answers."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self._wire = wire_for(stream)
@@ -251,10 +251,6 @@ class OwnerClient:
         self._waiting[call_id] = pending
         self._outbox.put(call_message(call_id, request))
         return pending
-
-    async def call(self, request: RemoteCall) -> Respond | Close:
-        """:meth:`send`, then the answer."""
-        return await self.send(request).answer()
 
     def _cancel(self, call_id: int) -> None:
         if self._waiting.pop(call_id, None) is not None and self._broken is None:

@@ -101,7 +101,7 @@ async def test_calls_are_answered_out_of_order_and_a_cancelled_call_is_cancelled
         nursery.start_soon(client.run)
 
         async def one(correlation_id: int) -> None:
-            got = await client.call(_call(correlation_id))
+            got = await client.send(_call(correlation_id)).answer()
             assert got == Respond(body=b"%d" % correlation_id, version=correlation_id)
             order.append(correlation_id)
 
@@ -109,7 +109,7 @@ async def test_calls_are_answered_out_of_order_and_a_cancelled_call_is_cancelled
             calls_made.start_soon(one, 30)
             calls_made.start_soon(one, 10)
             with trio.move_on_after(5):  # given up on: the owner hears of it
-                await client.call(_call(20))
+                await client.send(_call(20)).answer()
         await trio.sleep(1)
         nursery.cancel_scope.cancel()
     assert order == [10, 30]
@@ -125,13 +125,13 @@ async def test_when_the_owner_is_gone_a_waiting_call_and_later_ones_close_their_
         nursery.start_soon(client.run)
 
         async def waiting() -> None:
-            results.append(await client.call(_call(1)))
+            results.append(await client.send(_call(1)).answer())
 
         nursery.start_soon(waiting)
         await trio.sleep(1)
         await owner_end.aclose()
     assert len(results) == 1 and isinstance(results[0], Close) and results[0].reason == "owner_unreachable"
-    later = await client.call(_call(2))
+    later = await client.send(_call(2)).answer()
     assert isinstance(later, Close) and later.reason == "owner_unreachable"
 
 
@@ -151,9 +151,9 @@ async def test_a_handler_that_raises_costs_its_request_only(autojump_clock: trio
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_calls, owner_end, begin, "worker 0")
         nursery.start_soon(client.run)
-        failed = await client.call(_call(1))
-        fine = await client.call(_call(2))
-        failed_later = await client.call(_call(3))
+        failed = await client.send(_call(1)).answer()
+        fine = await client.send(_call(2)).answer()
+        failed_later = await client.send(_call(3)).answer()
         nursery.cancel_scope.cancel()
     assert isinstance(failed, Close) and failed.reason == "owner_error" and "a bug" in failed.detail
     assert fine == Respond(body=b"ok")
@@ -176,7 +176,7 @@ async def test_calls_begin_in_the_order_the_worker_sent_them(autojump_clock: tri
         nursery.start_soon(client.run)
         async with trio.open_nursery() as sent:
             for n in range(50):
-                sent.start_soon(client.call, _call(n))
+                sent.start_soon(_ask, client, _call(n))
                 await trio.sleep(0)  # each call queued before the next task starts
         nursery.cancel_scope.cancel()
     assert begun == list(range(50))
@@ -229,7 +229,7 @@ async def test_a_taker_that_raises_does_not_end_the_channel(autojump_clock: trio
         nursery.start_soon(serve_calls, owner_end, lambda call: Respond(body=b"ok"), "worker 0")
         nursery.start_soon(client.run)
         client.send(_call(1)).when_ready(broken)
-        assert await client.call(_call(2)) == Respond(body=b"ok")
+        assert await client.send(_call(2)).answer() == Respond(body=b"ok")
         nursery.cancel_scope.cancel()
 
 
@@ -257,3 +257,7 @@ async def test_answers_to_a_worker_that_is_gone_are_dropped_and_the_owner_goes_o
         await worker_end.aclose()
         with trio.fail_after(5):
             await ended.wait()
+
+
+async def _ask(client: OwnerClient, call: RemoteCall) -> Respond | Close:
+    return await client.send(call).answer()
