@@ -472,7 +472,7 @@ class Sidecar:
 
     async def _accept(self, endpoint: Endpoint, sockets: list[trio.SocketListener]) -> None:
         # TLS is a worker's: the supervisor hands the socket on before its handshake.
-        context = None if self._hand_off is not None else listener_ssl_context(self.config, endpoint.name)
+        context = None if self._hand_off is not None else self._tls_context(endpoint.name)
         # One scope per listener (a CancelScope enters one `with` only). Connections live
         # in their own nursery: drain() cancels (and closes) only the accepting sockets,
         # so in-flight requests can still complete.

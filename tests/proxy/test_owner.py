@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from protocol.apis import DESCRIBE_CLIENT_QUOTAS, FIND_COORDINATOR, ApiRegistry
 from protocol.headers import RequestHeader
@@ -163,7 +164,7 @@ def test_workers_zero_means_the_usable_cpus_within_the_cgroup_quota(tmp_path: Pa
     assert worker_count(0, cpu_max) == 1
 
 
-async def test_many_tasks_send_on_one_channel_past_a_full_queue() -> None:
+async def test_many_tasks_send_on_one_channel_past_a_full_queue(autojump_clock: trio.testing.MockClock) -> None:
     """Connections closing together each report it: sends wait their turn, none fails
     (a datagram queue holds ``net.unix.max_dgram_qlen`` messages, 10 by default)."""
     ours, theirs = handoff.pair()
