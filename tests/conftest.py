@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import HealthCheck, settings
 
-from proxy.tools.rig import sidecar as rig_sidecar
 from proxy.tools.rig.ports import PORT_RANGE_ENV
 from proxy.tools.rig.process import read_tail
 from proxy.tools.rig.tansu import TansuServer, start_broker
@@ -63,9 +62,7 @@ ephemeral range (32768 and up), so no outgoing connection takes one either."""
 def pytest_configure(config: pytest.Config) -> None:
     """Give this process a port range of its own: slice 0 of `PORTS_LOW`-`PORTS_HIGH` for a
     process that is no xdist worker (unless `KSIDECAR_PORT_RANGE` is set already), slice 1, 2,
-    ... for workers gw0, gw1, ... (always: they inherit the controller's value). Sidecar
-    processes run one process unless a test asks for workers (docs/testing.md, "Workers")."""
-    rig_sidecar.DEFAULT_WORKERS = "1"
+    ... for workers gw0, gw1, ... (always: they inherit the controller's value)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker and config.getoption("dist", "no") == "loadgroup":
         config.pluginmanager.register(_GroupCheck(), "ksidecar-xdist-group-check")

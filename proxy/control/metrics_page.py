@@ -19,9 +19,9 @@ the supervisor calls it for each worker that exited, so a dead worker's connecti
 counting. Counters and histograms of a dead worker stay in the sum (its requests happened).
 
 Order matters: the value class is chosen when a metric object is created, so
-:func:`enable_multiprocess` must run before the first one is (workers started with the
-``forkserver`` context inherit the variable from the supervisor, and a fresh interpreter
-picks the mode when it imports prometheus_client).
+:func:`enable_multiprocess` must run before the first one is (the supervisor sets it before it
+forks the workers' fork server, :mod:`proxy.control.forks`, and no metric object exists
+before a worker builds its sidecar).
 """
 
 from __future__ import annotations
@@ -75,8 +75,9 @@ def _buffered_value_class() -> type:
     (under a lock: observers and ZooKeeper callbacks change metrics from their threads),
     and :func:`flush` writes what changed: every second in each process
     (:func:`flush_on_a_clock`), and before every scrape (the supervisor asks its workers
-    first, so a page is never older than the scrape). Processes started by ``fork`` after
-    metrics exist are not supported (the sidecar's workers come from a fork server).
+    first, so a page is never older than the scrape). A process forked after metric
+    objects exist would write into its parent's file: the workers' fork server is forked
+    before any exists.
     """
     base: type = prometheus_client.values.MultiProcessValue()  # type: ignore[no-untyped-call]
 

@@ -20,8 +20,9 @@ splits the work where it divides cleanly and keeps one owner for what must not b
   two processes. Every worker watches ZooKeeper itself for ACLs, SCRAM credentials,
   features and the fleet's registrations, as a single process does.
 * **Workers come back.** A worker that exits (SIGKILL, an uncaught error) is logged,
-  counted (``ksidecar_worker_restarts_total``) and replaced at once from a fork server that
-  imported the sidecar beforehand; only its own connections are lost.
+  counted (``ksidecar_worker_restarts_total``) and replaced at once from a fork server made
+  before the sidecar began to serve (:mod:`proxy.control.forks`); only its own connections
+  are lost.
 * **One page of metrics**: every process records into prometheus_client's multiprocess
   directory, and the supervisor's ``/metrics`` sums them (:mod:`proxy.control.metrics_page`).
 """
@@ -32,13 +33,10 @@ import contextlib
 import itertools
 import logging
 import math
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import trio
@@ -49,11 +47,11 @@ from prometheus_client.registry import Collector
 from proxy.config import HostPort, SidecarConfig
 from proxy.control import handoff
 from proxy.control.calls import serve_calls
+from proxy.control.forks import ForkServer, WorkerProcess
 from proxy.control.http import serve_http
 from proxy.control.metrics_page import flush, mark_dead, page_registry
 from proxy.control.owner import OwnerService
 from proxy.control.server import Role, Sidecar, log_drained
-from proxy.control.worker import worker_main
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +89,7 @@ class WorkerSlot:
     """What the supervisor knows of one worker (the slot outlives the processes in it)."""
 
     index: int
-    process: BaseProcess | None = None
+    process: WorkerProcess | None = None
     channel: handoff.Channel | None = None
     ready: bool = False
     #: Connections handed to this worker and not yet reported closed, by id.
@@ -111,8 +109,9 @@ class WorkerSlot:
 class Supervisor:
     """The supervisor of one sidecar with several workers."""
 
-    def __init__(self, config: SidecarConfig, count: int, metrics_dir: Path | None) -> None:
+    def __init__(self, config: SidecarConfig, count: int, metrics_dir: Path | None, forks: ForkServer) -> None:
         self.config = config
+        self.forks = forks
         self.sidecar = Sidecar(config, role=Role.SUPERVISOR, hand_off=self._hand_off)
         sidecar = self.sidecar
         self.owner = OwnerService(sidecar.registry, sidecar.table_spec, sidecar.ports, sidecar.leniency)
@@ -122,11 +121,6 @@ class Supervisor:
         self.stopping = False
         self._ids = itertools.count()
         self._ready_changed = trio.Event()
-        self._processes = multiprocessing.get_context("forkserver")
-        self._processes.set_forkserver_preload(["proxy.control.worker"])
-        # The fork server imports the sidecar while this process starts (ZooKeeper,
-        # registration, the coordinator): the workers are forked as soon as it is listening.
-        multiprocessing.forkserver.ensure_running()
         sidecar.metrics.registry.register(_WorkerMetrics(self))
         self._page = (page_registry(sidecar.metrics.registry, metrics_dir) if metrics_dir is not None
                       else sidecar.metrics.registry)
@@ -168,17 +162,26 @@ class Supervisor:
     # -- serving -----------------------------------------------------------------------------
 
     async def serve(self, *, task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED) -> None:
-        """Bind, admit, start the workers and keep them running, until cancelled."""
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.sidecar.serve)
-            bound = {name: (address.host, address.port) for name, address in self.sidecar.bound.items()}
-            for worker in self.workers:
-                nursery.start_soon(self._keep, worker, bound)
-            metrics_at: HostPort | None = self.config["sidecar.metrics.listener"]
-            if metrics_at is not None:
-                self.metrics_address = await nursery.start(serve_http, self, metrics_at)
-            log.info("supervising %d worker process(es)", len(self.workers))
-            task_status.started(self)
+        """Bind, admit, start the workers and keep them running, until cancelled (or the fork
+        server is gone: :class:`~proxy.control.forks.ForkServerGone`)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.forks.run)
+                await self._serve(nursery, task_status)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.forks.close()
+
+    async def _serve(self, nursery: trio.Nursery, task_status: trio.TaskStatus[Supervisor]) -> None:
+        await nursery.start(self.sidecar.serve)
+        bound = {name: (address.host, address.port) for name, address in self.sidecar.bound.items()}
+        for worker in self.workers:
+            nursery.start_soon(self._keep, worker, bound)
+        metrics_at: HostPort | None = self.config["sidecar.metrics.listener"]
+        if metrics_at is not None:
+            self.metrics_address = await nursery.start(serve_http, self, metrics_at)
+        log.info("supervising %d worker process(es)", len(self.workers))
+        task_status.started(self)
 
     async def _keep(self, worker: WorkerSlot, bound: dict[str, tuple[str, int]]) -> None:
         """Run ``worker``'s process, and a new one each time it exits (until stopping)."""
@@ -194,25 +197,22 @@ class Supervisor:
         """One process in ``worker``'s slot, until it exits; whether it was ever ready."""
         ours, theirs = handoff.pair()
         calls_ours, calls_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        process = self._processes.Process(
-            target=worker_main, name=f"ksidecar-worker-{worker.index}", daemon=True,
-            args=(worker.index, len(self.workers), dict(self.config.raw), bound, theirs, calls_theirs))
         try:
-            await trio.to_thread.run_sync(process.start)
+            process = await self.forks.start(worker.index, len(self.workers), bound, theirs, calls_theirs)
         finally:
             theirs.close()
             calls_theirs.close()
         worker.process, worker.abandoned, worker.exited = process, None, trio.Event()
         worker.channel = channel = handoff.Channel(ours)
         log.info("worker %d started (pid %s)", worker.index, process.pid)
-        was_ready = False
+        was_ready, exitcode = False, None
         calls = trio.SocketStream(trio.socket.from_stdlib_socket(calls_ours))
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(serve_calls, calls, self.owner.begin, f"worker {worker.index}")
                 heard_all = trio.Event()
                 nursery.start_soon(self._listen, worker, channel, heard_all)
-                await trio.lowlevel.wait_readable(process.sentinel)
+                exitcode = await process.wait()
                 with trio.move_on_after(LAST_WORDS):  # what it said before exiting (its drain's count)
                     await heard_all.wait()
                 nursery.cancel_scope.cancel()
@@ -221,20 +221,23 @@ class Supervisor:
             worker.ready, worker.channel = False, None
             self._ready_changed.set()
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(process.join)
+                if process.exitcode is None:  # cancelled (the supervisor stops): it is exiting too
+                    with trio.move_on_after(LAST_WORDS):
+                        await process.wait()
+                process.close()
                 lost = len(worker.connections)
                 for done in worker.connections.values():
                     done.set()  # their KIP-612 slots come back
                 worker.connections.clear()
                 channel.close()
                 await calls.aclose()
-                if self.metrics_dir is not None and process.pid is not None:
+                if self.metrics_dir is not None:
                     mark_dead(process.pid, self.metrics_dir)
                 worker.exited.set()
             if not self.stopping:
                 log.error("worker %d (pid %s) exited with code %s; its %d connection(s) are lost "
                           "(their clients reconnect); starting a new worker", worker.index, process.pid,
-                          process.exitcode, lost)
+                          "unknown" if exitcode is None else exitcode, lost)
         return was_ready
 
     async def _listen(self, worker: WorkerSlot, channel: handoff.Channel, heard_all: trio.Event) -> None:
@@ -337,7 +340,7 @@ class Supervisor:
                 await worker.exited.wait()
         if waited.cancelled_caught:
             for worker in self.workers:
-                if worker.process is not None and worker.process.exitcode is None:
+                if worker.process is not None and not worker.exited.is_set():
                     log.warning("worker %d did not exit within %g s; killing it", worker.index, wait)
                     worker.process.kill()
         return self.unanswered()

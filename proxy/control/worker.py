@@ -1,7 +1,8 @@
 """One worker process of a sidecar with several (``sidecar.workers``).
 
-A worker is started by its supervisor (:mod:`proxy.control.supervisor`) from a fork server
-that has imported the sidecar once, so a new worker serves within a fraction of a second.
+A worker is forked for its supervisor (:mod:`proxy.control.supervisor`) by a fork server
+made before the sidecar began to serve (:mod:`proxy.control.forks`), with every module
+imported and the configuration read, so a new worker serves within a fraction of a second.
 It builds a :class:`~proxy.control.server.Sidecar` in the worker role from the same
 configuration, serves every connection the supervisor hands it, whole (TLS, SASL, the
 in-flight order, the link to the broker), and reaches the supervisor for the APIs of the
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import trio
 
-from proxy.config import HostPort, SidecarConfig, build_config
+from proxy.config import HostPort, SidecarConfig
 from proxy.control import handoff
 from proxy.control.calls import OwnerClient
 from proxy.control.garbage import collect_fully_on_a_clock, keep_out_of_collections
@@ -37,12 +38,12 @@ PING_INTERVAL = 1.0
 MIN_SUPERVISOR_SILENCE = 3.0
 
 
-def worker_main(index: int, workers: int, raw: Mapping[str, str], bound: Mapping[str, tuple[str, int]],
+def worker_main(index: int, workers: int, config: SidecarConfig, bound: Mapping[str, tuple[str, int]],
                 channel: socket.socket, calls: socket.socket) -> None:
-    """The worker process's entry: serve until the supervisor says drain or stop, or is gone."""
+    """The worker process's entry (in a process forked by :mod:`proxy.control.forks`):
+    serve until the supervisor says drain or stop, or is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    config = build_config(raw)  # the supervisor checked it: this cannot fail
     directory = os.environ.get(ENV)
     if directory:  # before any metric object: this process's changes are buffered too
         enable_multiprocess(Path(directory))

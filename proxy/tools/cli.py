@@ -28,6 +28,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -82,33 +83,38 @@ class Serving(Protocol):
         ...
 
 
-def serving(config: SidecarConfig) -> Serving:
-    """One process for ``sidecar.workers=1``, else a supervisor of that many workers (0: one
-    per usable CPU), with prometheus_client's multiprocess directory made for them."""
-    from proxy.control.supervisor import worker_count
+def prepare(config: SidecarConfig) -> Callable[[], Serving]:
+    """What must happen before trio starts; what builds the sidecar once it runs.
+
+    One process for ``sidecar.workers=1``. Otherwise a supervisor of that many workers (0:
+    one per usable CPU): prometheus_client's multiprocess directory is made for them, and
+    the workers' fork server is forked now, while this process has imported the sidecar and
+    runs no thread (:mod:`proxy.control.forks`).
+    """
+    from proxy.control.server import Sidecar
+    from proxy.control.supervisor import Supervisor, worker_count
 
     count = worker_count(config["sidecar.workers"])
     if count == 1:
-        from proxy.control.server import Sidecar
-
-        return Sidecar(config)
+        return lambda: Sidecar(config)
+    from proxy.control.forks import ForkServer
     from proxy.control.metrics_page import enable_multiprocess
-    from proxy.control.supervisor import Supervisor
 
     directory = Path(tempfile.mkdtemp(prefix="ksidecar-metrics-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    enable_multiprocess(directory)  # before any metric object exists, and before any worker
-    return Supervisor(config, count, directory)
+    enable_multiprocess(directory)  # before any metric object exists, and before the fork server
+    forks = ForkServer.fork(config)
+    return lambda: Supervisor(config, count, directory, forks)
 
 
-async def run_sidecar(config: SidecarConfig) -> int:
+async def run_sidecar(config: SidecarConfig, build: Callable[[], Serving]) -> int:
     """Serve until SIGTERM or SIGINT, then drain; the number of requests abandoned.
 
     A second signal during the drain stops at once; what was still unanswered then is
     abandoned (counted in the log and in the exit code).
     """
     abandoned = 0
-    sidecar = serving(config)
+    sidecar = build()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(sidecar.serve)
@@ -190,25 +196,38 @@ def main(argv: list[str] | None = None) -> int:
         level=config["sidecar.log.level"].upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from proxy.control.forks import ForkServerGone
+
     try:
-        abandoned = trio.run(run_sidecar, config)
+        abandoned = trio.run(run_sidecar, config, prepare(config))
     except ConfigError as exc:
         print(f"ksidecar: configuration error: {exc}", file=sys.stderr)
         return 2
     except BaseExceptionGroup as group:  # the finalized features exclude this release (KIP-584),
         # or what the broker said makes the configuration unusable (a shadowed API key)
+        gone, group_left = group.split(ForkServerGone)
+        if gone is not None and group_left is None:
+            log.critical("%s", _first(gone))
+            return 1
         incompatible, rest = group.split((IncompatibleFeatures, ConfigError))
         if incompatible is None or rest is not None:
             raise
-        first: BaseException = incompatible
-        while isinstance(first, BaseExceptionGroup):  # nested nurseries nest their groups
-            first = first.exceptions[0]
-        print(f"ksidecar: cannot start: {first}", file=sys.stderr)
+        print(f"ksidecar: cannot start: {_first(incompatible)}", file=sys.stderr)
         return 2
     except IncompatibleFeatures as exc:
         print(f"ksidecar: cannot start: {exc}", file=sys.stderr)
         return 2
+    except ForkServerGone as exc:
+        log.critical("%s", exc)
+        return 1
     return EXIT_ABANDONED if abandoned else 0
+
+
+def _first(error: BaseException) -> BaseException:
+    """The first error a (nested) group holds: nested nurseries nest their groups."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,8 +2,8 @@
 
 The benchmark reads the RSS and CPU time of the processes it compares, and the CPU the
 rest of the machine used meanwhile (so a run disturbed by other work can be recognised).
-A sidecar with several workers is a process tree (the supervisor, its fork server and
-resource tracker, the workers under the fork server): ``tree_*`` count all of it.
+A sidecar with several workers is a process tree (the supervisor, its fork server, the
+workers under the fork server): ``tree_*`` count all of it.
 """
 
 from __future__ import annotations

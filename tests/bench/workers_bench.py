@@ -261,26 +261,22 @@ def saturation_markdown(results: dict[str, Any], args: argparse.Namespace) -> st
 
 
 def roles(root: int) -> dict[int, str]:
-    """The processes of a sidecar's tree, named by their part."""
+    """The processes of a sidecar's tree, named by their part (proxy/control/forks.py names
+    the fork server and the workers)."""
     named: dict[int, str] = {}
-    worker_of: dict[int, int] = {}
     for pid in procfs.descendants(root):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
             continue
         if pid == root:
             named[pid] = "supervisor" if len(procfs.descendants(root)) > 1 else "the one process"
-        elif named.get(parent) == "fork server":  # (a worker's command line is its fork server's)
-            worker_of[pid] = len(worker_of)
-            named[pid] = "worker"
-        elif "forkserver" in cmdline:
+        elif comm == "ksidecar-forks":
             named[pid] = "fork server"
-        elif "resource_tracker" in cmdline:
-            named[pid] = "resource tracker"
+        elif comm.startswith("ksidecar-w"):
+            named[pid] = "worker"
         else:
-            named[pid] = cmdline[:40]
+            named[pid] = comm
     return named
 
 

@@ -1,8 +1,8 @@
 """The multiprocess /metrics page: real worker processes write, the supervisor's page sums.
 
-Each worker is a separate process (multiprocessing's ``forkserver`` context, as the sidecar
-starts its workers) that enables multiprocess mode, creates its metric objects, records
-and exits. The expected values are computed by hand from what each worker recorded.
+Each worker is a separate process (multiprocessing's ``forkserver`` context: a process
+with no metric object of its parent's, as the sidecar's forked workers are) that enables
+multiprocess mode, creates its metric objects, records and exits. The expected values are computed by hand from what each worker recorded.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import trio
@@ -57,6 +58,20 @@ def worker_pids(server: SidecarServer) -> dict[int, int]:
     return pids
 
 
+def children(pid: int) -> dict[int, str]:
+    """The live child processes of ``pid``, by pid: their names (``/proc/<pid>/comm``)."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found[int(entry.name)] = (entry / "comm").read_text().strip()
+            except (OSError, ValueError):
+                continue  # exited meanwhile
+    return found
+
+
 async def api_versions(wire: Wire, correlation_id: int) -> None:
     frame = await wire.call(API_VERSIONS, API_VERSIONS_V3, correlation_id,
                             {"ClientSoftwareName": "t", "ClientSoftwareVersion": "1"})
@@ -75,6 +90,16 @@ async def test_connections_go_to_the_least_loaded_worker_and_the_page_sums_them(
     finally:
         for wire in wires:
             await wire.aclose()
+
+
+def test_the_workers_are_forked_by_one_fork_server_under_the_supervisor(sidecar: SidecarServer) -> None:
+    """supervisor → ksidecar-forks → ksidecar-w0, ksidecar-w1, and nothing else: no second
+    interpreter that imports the sidecar, no resource tracker (proxy/control/forks.py)."""
+    assert sidecar.process.pid is not None
+    (server, name), = children(sidecar.process.pid).items()
+    assert name == "ksidecar-forks"
+    pids = worker_pids(sidecar)
+    assert children(server) == {pids[0]: "ksidecar-w0", pids[1]: "ksidecar-w1"}
 
 
 def test_one_group_across_both_workers_is_served_by_one_coordinator(sidecar: SidecarServer) -> None:
@@ -158,6 +183,30 @@ async def _kill_under_load(sidecar: SidecarServer) -> None:
     await api_versions(fresh, 3)
     for wire in (kept, doomed, fresh):
         await wire.aclose()
+
+
+def test_a_killed_fork_server_stops_the_sidecar_with_exit_code_1_and_its_workers_with_it(
+        tansu: TansuServer, zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """Without its fork server the supervisor could not replace a worker: it says so and
+    exits 1 (its orchestrator restarts it), and no worker outlives it."""
+    keys = {"sidecar.workers": "2",
+            "zookeeper.connect": f"{zookeeper.connect}/ksidecar-tests/forks-{uuid.uuid4().hex[:8]}"}
+    with start_sidecar(tmp_path, tansu.bootstrap, name="forks", keys=keys) as server:
+        assert server.process.pid is not None
+        (fork_server, _), = children(server.process.pid).items()
+        workers = set(children(fork_server))
+        assert len(workers) == 2
+        os.kill(fork_server, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while server.process.running:
+            assert time.monotonic() < deadline, "the sidecar outlived its fork server"
+            time.sleep(0.05)
+        assert server.process.returncode == 1
+        assert (f"the worker fork server (pid {fork_server}) exited (killed by SIGKILL): no worker can be "
+                "started again") in server.log_path.read_text()
+        while any(Path(f"/proc/{pid}").exists() for pid in workers):
+            assert time.monotonic() < deadline, "a worker outlived its supervisor"
+            time.sleep(0.05)
 
 
 async def _create(sidecar: SidecarServer, topic: str, partitions: int) -> None:

@@ -8,14 +8,12 @@ import pytest
 
 from proxy.control.supervisor import worker_count
 from proxy.tools.demo import run, summary
-from proxy.tools.rig import sidecar as rig_sidecar
 from proxy.tools.rig.ports import can_connect
 
 pytestmark = pytest.mark.integration
 
 
-def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rig_sidecar, "DEFAULT_WORKERS", None)  # as `ksidecar demo` runs: several workers
+def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> None:
     result = run(tmp_path, records=200, partitions=2)
 
     assert result.ok

@@ -54,12 +54,6 @@ def _ready(url: str) -> bool:
         return False
 
 
-#: ``sidecar.workers`` for sidecars whose ``keys`` do not say (``None``: the configuration's
-#: default, one worker per usable CPU). The test suite sets ``"1"`` (tests/conftest.py): see
-#: docs/testing.md, "Workers".
-DEFAULT_WORKERS: str | None = None
-
-
 def start_sidecar(
     log_dir: Path,
     upstream: str,
@@ -85,7 +79,6 @@ def start_sidecar(
         "listeners": ",".join(listeners),
         "sidecar.upstream": upstream,
         "sidecar.metrics.listener": f"{host}:{metrics_port}",
-        **({"sidecar.workers": DEFAULT_WORKERS} if DEFAULT_WORKERS is not None else {}),
         **(keys or {}),
     }
     config = log_dir / f"{name}.properties"
