@@ -581,10 +581,20 @@ KEYS: tuple[Key, ...] = (
         "limit × window, so Kafka's burst on a fresh (or recycled) sensor is spread out. "
         "false: Kafka's formula exactly (bursts of up to (quota.window.num - 1) × limit).",
         _bool, "true|false"),
-    Key("quota.window.num", "int", "11", "Samples in a connection-rate sensor (Kafka's default).",
-        _int(1), ">= 1"),
+    Key("quota.window.num", "int", "11", "Samples in a quota's rate sensor (connection rates and client "
+        "quotas; Kafka's default).", _int(1), ">= 1"),
     Key("quota.window.size.seconds", "int", "1",
         "Length of one sample; also the longest accept delay.", _int(1), ">= 1"),
+    Key("sidecar.client.quotas", "enum", "auto",
+        "Who enforces user and client-id quotas (`producer_byte_rate`, `consumer_byte_rate`; "
+        "`/config/users`, `/config/clients` in ZooKeeper, KIP-55): `sidecar` measures and throttles "
+        "here as Kafka's broker does (KIP-219: the answer carries the throttle time, then the "
+        "connection is not read for it) and answers DescribeClientQuotas and AlterClientQuotas for "
+        "users and client ids; `broker` forwards those requests and enforces nothing here; `auto` "
+        "is `sidecar` when the broker does not serve DescribeClientQuotas, else `broker`. "
+        "`sidecar` and `auto` need `zookeeper.connect` to enforce anything (docs/operations.md, "
+        "\"Client quotas\").",
+        _choice("auto", "sidecar", "broker"), "auto|sidecar|broker"),
     Key("max.connections", "int", _NO_LIMIT,
         "Open client connections, sidecar-wide; at the limit the acceptor waits for a slot. "
         "Per listener: `listener.name.<l>.max.connections`.", _int(0), ">= 0"),

@@ -7,7 +7,9 @@ small JSON object, and an accepted connection travels with it as a file descript
 * supervisor → worker: ``connection`` (id, listener, the peer's IP; with the socket),
   ``drain`` (stop reading, answer what was read, report, exit), ``stop`` (exit now);
 * worker → supervisor: ``ready`` (serving), ``closed`` (a connection ended: the supervisor
-  gives its KIP-612 slot back), ``drained`` (the count of requests the drain abandoned).
+  gives its KIP-612 slot back), ``drained`` (the count of requests the drain abandoned);
+* both ways: ``usage`` (what a worker's clients recorded against their client quotas, which
+  the supervisor passes on to every other worker: :mod:`quotas.client_rates`).
 
 The worker ends when its end of the pair reports end-of-file: a supervisor that died
 takes its workers with it.
@@ -22,8 +24,8 @@ from typing import Any
 
 import trio
 
-#: Larger than any message here (they are a few dozen bytes).
-MAX_DATAGRAM = 4096
+#: Larger than any message here (most are a few dozen bytes; ``usage`` is cut to fit).
+MAX_DATAGRAM = 65536
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 
 

@@ -33,6 +33,7 @@ from proxy.config.settings import (
 )
 from proxy.control.acceptor import serve_listener
 from proxy.control.acl_state import AclState
+from proxy.control.client_quota_state import BROKER, ClientQuotaState
 from proxy.control.features_state import FeatureState
 from proxy.control.gate_config import gate_config
 from proxy.control.groups import GroupService
@@ -62,6 +63,7 @@ from proxy.datapath.addressing import (
     StaticAddressBook,
 )
 from proxy.datapath.authorize import Authorization
+from proxy.datapath.client_quota import ClientQuotaFilter
 from proxy.datapath.connection import Connection, Parts
 from proxy.datapath.dispatch import Dispatch, Gate
 from proxy.datapath.filters import FilterMetrics, load_filters
@@ -76,6 +78,7 @@ from proxy.local.remote import Owner
 from proxy.local.sasl import SaslApis
 from proxy.local.table import TableSpec, build_table
 from quotas.gate import AcceptGate
+from quotas.rate import RateConfig
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +140,12 @@ class Sidecar:
             self.zk,
         )
         self.users = ScramUsers(self.zk)
+        #: User and client-id quotas (``sidecar.client.quotas``): watched, and enforced here
+        #: or left to the broker.
+        self.client_quotas = ClientQuotaState(
+            config["sidecar.client.quotas"],
+            RateConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000),
+            self.zk, self.upstream)
         #: OAUTHBEARER's signing keys, when a JWKS URL is set (:mod:`proxy.control.jwks`).
         self.jwks = (JwksFetcher(JwksSettings.from_config(config), token_rules(config))
                      if config["sasl.oauthbearer.jwks.endpoint.url"] and role is not Role.SUPERVISOR else None)
@@ -374,10 +383,18 @@ class Sidecar:
             gate=gate,
             tap=(lambda c: hub.tap(c.listener, c.peer[0], c.peer[1], self.broker_id)) if hub else (lambda c: None),
             idle=self.idle,
-            dispatch=Dispatch(self.registry, router, self.metrics, self.filters, authorization=self.authorization,
-                              leniency=self.leniency, unsupported_policy=self.connection_settings.unsupported_policy),
+            dispatch=Dispatch(self.registry, router, self.metrics, (*self._quota_filters, *self.filters),
+                              authorization=self.authorization, leniency=self.leniency,
+                              unsupported_policy=self.connection_settings.unsupported_policy,
+                              throttles=bool(self._quota_filters)),
         )
         return parts
+
+    @property
+    def _quota_filters(self) -> tuple[ClientQuotaFilter, ...]:
+        """The client-quota filter, where this sidecar may enforce client quotas."""
+        quotas = self.client_quotas
+        return () if quotas.store is None or quotas.mode == BROKER else (ClientQuotaFilter(quotas.rates),)
 
     def _unmapped(self, api_name: str, node_id: int) -> None:
         self.log_unmapped(api_name, node_id)
@@ -431,6 +448,8 @@ class Sidecar:
                         await self.features.start()  # refuses to start on incompatible features
                     if not worker:
                         await self.ip_quotas.start()
+                    await self.client_quotas.start()
+                    nursery.start_soon(self.client_quotas.recheck_forever)
                     await self.users.start()
                     if self.acls is not None:
                         await self.acls.start()

@@ -211,7 +211,7 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(serve_calls, calls, self.owner.begin, f"worker {worker.index}")
                 heard_all = trio.Event()
-                nursery.start_soon(self._listen, worker, channel, heard_all)
+                nursery.start_soon(self._listen, worker, channel, heard_all, nursery)
                 exitcode = await process.wait()
                 with trio.move_on_after(LAST_WORDS):  # what it said before exiting (its drain's count)
                     await heard_all.wait()
@@ -240,8 +240,10 @@ class Supervisor:
                           "unknown" if exitcode is None else exitcode, lost)
         return was_ready
 
-    async def _listen(self, worker: WorkerSlot, channel: handoff.Channel, heard_all: trio.Event) -> None:
-        """What the worker tells, until its end closes: ready, a connection closed, its drain's count."""
+    async def _listen(self, worker: WorkerSlot, channel: handoff.Channel, heard_all: trio.Event,
+                      nursery: trio.Nursery) -> None:
+        """What the worker tells, until its end closes: ready, a connection closed, its drain's
+        count, its clients' usage of client quotas (passed on to every other worker)."""
         while True:
             try:
                 received = await channel.receive()
@@ -270,6 +272,10 @@ class Supervisor:
                     await channel.send({"op": "pong"})
             elif op == "flushed":
                 worker.flushed.set()
+            elif op == "usage":
+                for other in self.workers:
+                    if other is not worker and other.ready and other.channel is not None:
+                        nursery.start_soon(_pass_on, other.channel, message)  # a slow worker holds up no one
             elif op == "drained":
                 worker.abandoned = int(message["abandoned"])
                 worker.forwarded = int(message.get("forwarded", 0))
@@ -344,6 +350,11 @@ class Supervisor:
                     log.warning("worker %d did not exit within %g s; killing it", worker.index, wait)
                     worker.process.kill()
         return self.unanswered()
+
+
+async def _pass_on(channel: handoff.Channel, message: dict[str, object]) -> None:
+    with contextlib.suppress(OSError):  # that worker is exiting
+        await channel.send(message)
 
 
 class _WorkerMetrics(Collector):

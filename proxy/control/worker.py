@@ -29,6 +29,7 @@ from proxy.control.calls import OwnerClient
 from proxy.control.garbage import collect_fully_on_a_clock, keep_out_of_collections
 from proxy.control.metrics_page import ENV, enable_multiprocess, flush, flush_on_a_clock
 from proxy.control.server import Role, Sidecar
+from quotas.client_rates import ClientRates
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,12 @@ log = logging.getLogger(__name__)
 PING_INTERVAL = 1.0
 #: The shortest silence of the supervisor a worker waits out before it stops.
 MIN_SUPERVISOR_SILENCE = 3.0
+#: How often a worker tells the others what its clients recorded against client quotas:
+#: the others judge on the sidecar's whole rate this much late at most.
+USAGE_INTERVAL = 0.02
+#: The most a ``usage`` message holds (what is more goes in the next message; a datagram
+#: holds :data:`proxy.control.handoff.MAX_DATAGRAM`).
+USAGE_MESSAGE_BYTES = 32768
 
 
 def worker_main(index: int, workers: int, config: SidecarConfig, bound: Mapping[str, tuple[str, int]],
@@ -64,6 +71,8 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
         keep_out_of_collections()
         nursery.start_soon(collect_fully_on_a_clock)
         nursery.start_soon(flush_on_a_clock)
+        if sidecar.client_quotas.store is not None:
+            nursery.start_soon(_share_usage, channel, sidecar.client_quotas.rates)
         await channel.send({"op": "ready"})
         missed = [0.0]  # pings unanswered in a row (the supervisor answers each)
         silence = max(MIN_SUPERVISOR_SILENCE, config["zookeeper.session.timeout.ms"] / 1000)
@@ -77,6 +86,10 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
                     connections.start_soon(_serve_one, sidecar, channel, fd, message)
                 elif op == "pong":
                     pass
+                elif op == "usage":
+                    sidecar.client_quotas.rates.add_usage(
+                        (((key, user, client_id), amount) for key, user, client_id, amount in message["usage"]),
+                        int(trio.current_time() * 1000))
                 elif op == "flush":
                     flush()
                     await channel.send({"op": "flushed"})
@@ -94,6 +107,31 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
                     log.error("unexpected message from the supervisor: %s", message)
             connections.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
+
+
+async def _share_usage(channel: handoff.Channel, rates: ClientRates) -> None:
+    """Every :data:`USAGE_INTERVAL`, send what this worker's clients recorded against their
+    client quotas (the supervisor passes it on to the other workers)."""
+    while True:
+        await trio.sleep(USAGE_INTERVAL)
+        batch: list[list[object]] = []
+        size = 0
+        for (key, user, client_id), amount in rates.take_usage().items():
+            entry_size = len(key) + 12 * (len(user) + len(client_id)) + 40  # a JSON escape: 12 bytes at most
+            if batch and size + entry_size > USAGE_MESSAGE_BYTES:
+                await _send_usage(channel, batch)
+                batch, size = [], 0
+            batch.append([key, user, client_id, amount])
+            size += entry_size
+        if batch:
+            await _send_usage(channel, batch)
+
+
+async def _send_usage(channel: handoff.Channel, batch: list[list[object]]) -> None:
+    try:
+        await channel.send({"op": "usage", "usage": batch})
+    except OSError as exc:  # the supervisor is gone (so are we, shortly), or an entry too long
+        log.debug("usage not shared: %s", exc)
 
 
 async def _watch_supervisor(channel: handoff.Channel, missed: list[float], silence: float,

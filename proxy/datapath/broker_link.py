@@ -236,7 +236,7 @@ class BrokerLink:
         if header is None:  # a raw SASL token's answer
             self._responses.fill(slot, frame, trio.current_time())
             return
-        data = self._dispatch.response(header, record.response_header_version, frame, slot.patch)
+        data = self._dispatch.response(header, record.response_header_version, frame, slot.patch, slot.throttle)
         if isinstance(data, Close):
             raise ConnectionClosed(data.reason, data.detail)
         if isinstance(data, PatchLater):
@@ -253,6 +253,8 @@ class BrokerLink:
         patched = await self._dispatch.patch_in_slices(slot.patch, header, header_version, data)
         if isinstance(patched, Close):
             raise ConnectionClosed(patched.reason, patched.detail)
+        if slot.throttle is not None:  # the filters after the ACL patch
+            patched = self._dispatch.throttled(header, header_version, patched, slot.throttle)
         self._responses.fill(slot, patched, trio.current_time())
         self._writer.deliver()
 
@@ -283,7 +285,7 @@ class BrokerLink:
         header = slot.record.header
         if header is None or slot.record.sasl_mechanism is not None:
             return None
-        return self._dispatch.streaming(header, slot.patch, self._gate)
+        return self._dispatch.streaming(header, slot.patch, self._gate, slot.throttle)
 
     async def _stream(self, decoder: FrameBuffer, streaming: Streaming) -> None:
         slot = self.slots[0]

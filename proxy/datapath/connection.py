@@ -19,6 +19,10 @@ A connection is built from its parts (:class:`Parts`: settings, registry, the di
 metrics, and an ``open_upstream`` factory) and a client stream, so everything here runs on
 ``trio.testing.memory_stream_pair`` under a virtual clock (tests/proxy).
 
+Client quotas (KIP-219): a request a quota throttles is answered at once, its answer
+carrying the throttle time, and the connection is then not read for that long
+(:mod:`proxy.datapath.throttle`).
+
 Backpressure: the client pump stops reading while the FIFO holds
 ``sidecar.max.in.flight.requests.per.connection`` slots (answers-later included) or the
 ready answers waiting for the client exceed ``sidecar.max.buffered.bytes.per.connection``.
@@ -73,6 +77,7 @@ from proxy.datapath.metrics import ApiMetrics, SidecarMetrics
 from proxy.datapath.observed import hand_over, wait_for_room
 from proxy.datapath.responder import Responses, Slot
 from proxy.datapath.routing import Router
+from proxy.datapath.throttle import Throttle
 from proxy.datapath.wire import wire_for
 from proxy.datapath.writer import ClientWriter
 from proxy.local.api import Answer as LocalAnswer
@@ -151,7 +156,8 @@ class Connection:
     """
 
     __slots__ = (
-        "_expired", "_held", "_nursery", "_owed", "_pool", "_receive_scope", "_stop", "client", "client_wire",
+        "_expired", "_held", "_mute_scope", "_muted_until", "_nursery", "_owed", "_pool", "_receive_scope", "_stop", "client",
+        "client_wire",
         "context", "dispatch", "frame_began", "gate", "last_receive", "link", "listener", "max_buffered",
         "max_in_flight", "metrics", "parts", "peer", "registry", "responses", "stats", "tap", "tracker",
         "writer",
@@ -202,6 +208,10 @@ class Connection:
         self.last_receive = trio.current_time()
         #: Set by the idle sweeper when it closes the connection: ``(reason, detail)``.
         self._expired: tuple[str, str] | None = None
+        #: Not read before this time: a client-quota throttle (KIP-219).
+        self._muted_until = 0.0
+        #: The wait of a throttled pump (a drain ends it).
+        self._mute_scope: trio.CancelScope | None = None
 
     @property
     def principal(self) -> str:
@@ -265,6 +275,8 @@ class Connection:
         before it looks at the flag. No frame is ever left half-sent to the broker.
         """
         self._stop = True
+        if self._mute_scope is not None:
+            self._mute_scope.cancel()
         if not self.client_wire.interrupt_receive() and self._receive_scope is not None:
             self._receive_scope.cancel()
 
@@ -302,6 +314,7 @@ class Connection:
             began, self.frame_began = self.frame_began, None
             waited = trio.current_time() if began is not None else 0.0
             await self._wait_for_capacity()
+            await self._wait_out_throttle()
             if began is not None:
                 self.frame_began = began + (trio.current_time() - waited)
             if self._held == 0 and memory.full:
@@ -336,6 +349,14 @@ class Connection:
                 if frame is NEED_DATA:
                     break
                 completed += 1
+                if self._muted_until > now:
+                    # Throttled (by the request before, or an answer that went while the read
+                    # waited): the rest of what was read waits it out, as if unread, the way
+                    # Kafka reads a connection's next request only after the throttle.
+                    await self.link.send(parts)
+                    self.writer.deliver()
+                    await self._wait_out_throttle()
+                    now = trio.current_time()
                 if self._at_capacity():
                     # One read can hold many requests: the bound holds per request.
                     # Send what is gathered first, or its answers could never come.
@@ -460,7 +481,8 @@ class Connection:
             decision = dispatch.decide(header, frame, self.context, record.expects_response, refreshed=True)
         if isinstance(decision, Forward):
             api.requests(header.api_version, decision.route.value).inc()
-            self._forward(record, api, decision.frame, parts, now, decision.patch, decision.denials)
+            self._forward(record, api, decision.frame, parts, now, decision.patch, decision.denials,
+                          decision.throttle)
         elif isinstance(decision, Answer):
             api.requests(header.api_version, decision.outcome).inc()
             await self._local(decision.answer, record, api, frame, now, parts, decision.denials)
@@ -594,13 +616,16 @@ class Connection:
         now: float,
         patch: Patch | None = None,
         denials: Denials = (),
+        throttle: Throttle | None = None,
     ) -> None:
         parts.append(frame)
         self.stats.forwarded += 1
         self.stats.forwarded_bytes += len(frame)
         self.tracker.expect(record)
+        if throttle is not None and throttle.ms > 0:  # the next request waits
+            self._mute(now, throttle.ms)
         if record.expects_response:
-            slot = Slot(record, api, now, forwarded_at=now, patch=patch, denials=denials)
+            slot = Slot(record, api, now, forwarded_at=now, patch=patch, denials=denials, throttle=throttle)
             if self.tap is not None:
                 slot.request = frame
             self.responses.take(slot)
@@ -629,8 +654,22 @@ class Connection:
             api.sidecar_latency.observe(max(0.0, now - slot.received_at - upstream_time))
             if tap is not None:
                 self._observe(slot, slot.data if slot.whole is None else slot.whole, now)
+            throttle = slot.throttle
+            if throttle is not None and throttle.ms > 0 and throttle.measure_answer is not None:
+                self._mute(now, throttle.ms)  # a throttle the answer decided runs from the answer
             slot.data = slot.whole = None
         self.stats.responses += len(done)
+
+    async def _wait_out_throttle(self) -> None:
+        """Wait while a client-quota throttle mutes the connection (a drain ends the wait)."""
+        if self._muted_until > trio.current_time() and not self._stop:
+            with trio.CancelScope() as self._mute_scope:
+                await trio.sleep_until(self._muted_until)
+            self._mute_scope = None
+
+    def _mute(self, now: float, ms: int) -> None:
+        """Read nothing more from the client for ``ms`` from ``now`` (a quota's throttle)."""
+        self._muted_until = max(self._muted_until, now + ms / 1000)
 
     # -- observers (KIP-388, proxy.datapath.observed) ---------------------------------------
 

@@ -56,6 +56,7 @@ from proxy.datapath.authorize import REFRESH, Authorization, Denials, Patch
 from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.rewrite import SITES
 from proxy.datapath.routing import Route, Router, Streaming
+from proxy.datapath.throttle import Throttle, ThrottlePatch
 from proxy.local.api import Answer as LocalAnswer
 from proxy.local.api import Close as LocalClose
 from proxy.local.api import Context, Later, LocalApi, LocalRequest, Respond
@@ -135,6 +136,8 @@ class Request:
     denials: Denials = ()
     #: The body decoded once, for the local API that answers it (``None``: decoded there).
     decoded: Body | None = None
+    #: The client-quota throttle of a forwarded request (:mod:`proxy.datapath.throttle`).
+    throttle: Throttle | None = None
 
     @property
     def body(self) -> memoryview:
@@ -160,6 +163,7 @@ class Forward:
     route: Route = Route.FORWARD
     patch: Patch | None = None
     denials: Denials = ()
+    throttle: Throttle | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +337,8 @@ class Response:
     frame: bytes | memoryview
     #: The request's ACL patch, if the ACLs narrowed it.
     patch: Patch | None = None
+    #: The request's client-quota throttle, if it has one.
+    throttle: Throttle | None = None
 
     @property
     def body(self) -> memoryview:
@@ -434,6 +440,7 @@ class Dispatch:
         authorization: Authorization | None = None,
         leniency: Leniency = QUIET,
         unsupported_policy: str = "answer",
+        throttles: bool = False,
     ) -> None:
         self.registry = registry
         self.router = router
@@ -448,9 +455,11 @@ class Dispatch:
         #: The whole chain, in order.
         self.filters: tuple[RequestFilter, ...] = (*builtin, *filters)
         self._by_key: dict[int, tuple[RequestFilter, ...]] = {}
-        #: The response filters, in order: broker addresses first, then the ACL patch.
+        #: The response filters, in order: broker addresses first, then the ACL patch, then
+        #: client-quota throttles (``throttles``: a request filter gives requests one).
         self.response_filters: tuple[ResponseFilter, ...] = (
-            AddressRewrite(router), *((AclPatch(authorization),) if authorization is not None else ()))
+            AddressRewrite(router), *((AclPatch(authorization),) if authorization is not None else ()),
+            *((ThrottlePatch(registry, leniency),) if throttles else ()))
         self._responses_by_key: dict[int, tuple[ResponseFilter, ...]] = {}
 
     def chain(self, api_key: int) -> tuple[RequestFilter, ...]:
@@ -498,7 +507,7 @@ class Dispatch:
         """The chain's last step: where the router sends what no filter decided."""
         route = request.route
         if route is Route.FORWARD or route is Route.OPAQUE:
-            return Forward(request.frame, route, request.patch, request.denials)
+            return Forward(request.frame, route, request.patch, request.denials, request.throttle)
         if isinstance(route, LocalApi):
             answer = self._call(route, request)
             if isinstance(answer, Close):
@@ -586,21 +595,23 @@ class Dispatch:
 
     # -- responses --------------------------------------------------------------------------
 
-    def streaming(self, header: RequestHeader, patch: Patch | None, gate: Gate | None) -> Streaming | None:
+    def streaming(self, header: RequestHeader, patch: Patch | None, gate: Gate | None,
+                  throttle: Throttle | None = None) -> Streaming | None:
         """How the answer to ``header`` may go to the client while it arrives, or ``None``
-        when a response filter needs it whole: an ACL patch, a gate reading the broker's
-        answers, or broker addresses outside its tag section."""
-        if patch is not None or (gate is not None and gate.reads_responses):
+        when a response filter needs it whole: an ACL patch, a client-quota throttle, a gate
+        reading the broker's answers, or broker addresses outside its tag section."""
+        if patch is not None or throttle is not None or (gate is not None and gate.reads_responses):
             return None
         return self.router.streaming(header)
 
     def response(self, header: RequestHeader, header_version: int, frame: memoryview,
-                 patch: Patch | None) -> bytes | memoryview | PatchLater | Close:
+                 patch: Patch | None, throttle: Throttle | None = None) -> bytes | memoryview | PatchLater | Close:
         """The answer the client gets for the broker's ``frame`` (size prefix included): the
         response filters that want ``header``'s API key, in order (broker addresses
         rewritten, then the ACL patch applied; a large patch is left to
         :meth:`patch_in_slices`)."""
-        response = Response(header=header, header_version=header_version, frame=frame, patch=patch)
+        response = Response(header=header, header_version=header_version, frame=frame, patch=patch,
+                            throttle=throttle)
         chain = self._responses_by_key.get(header.api_key)
         if chain is None:
             chain = self._responses_by_key[header.api_key] = tuple(
@@ -613,6 +624,15 @@ class Dispatch:
                 return outcome
             response = outcome
         return response.frame
+
+    def throttled(self, header: RequestHeader, header_version: int, frame: bytes, throttle: Throttle) -> bytes:
+        """``frame`` with the client-quota throttle applied (after a patch in slices)."""
+        for link in self.response_filters:
+            if isinstance(link, ThrottlePatch):
+                done = link.on_response(Response(header=header, header_version=header_version, frame=frame,
+                                                 throttle=throttle))
+                return frame if done is None else bytes(done.frame)
+        return frame
 
     async def patch_in_slices(self, patch: Patch, header: RequestHeader, header_version: int,
                               data: bytes) -> bytes | Close:

@@ -22,6 +22,7 @@ import trio
 
 from protocol.correlation import InFlight
 from proxy.datapath.metrics import ApiMetrics
+from proxy.datapath.throttle import Throttle
 
 
 @dataclass(slots=True)
@@ -46,6 +47,8 @@ class Slot:
     streamed: int = 0
     #: The whole answer as sent, for observers, when ``data`` is only its rest.
     whole: bytes | memoryview | None = None
+    #: The request's client-quota throttle (the connection mutes once the answer has gone).
+    throttle: Throttle | None = None
 
 
 class Responses:

@@ -1,0 +1,93 @@
+"""A request's client-quota throttle, and the answer that carries it (KIP-219).
+
+Theory of operation. When a client goes over its quota, Kafka answers at once with
+``ThrottleTimeMs`` set and then does not read the client's connection for that long: a client
+that ignores the field gains nothing. The sidecar does the same in front of a broker that
+throttles too: the request filter of :mod:`proxy.datapath.client_quota` gives a request a
+:class:`Throttle` (its throttle time, or what to measure of its answer), the answer's
+``ThrottleTimeMs`` becomes the larger of the broker's and the sidecar's
+(:class:`ThrottlePatch`), and the connection stops reading for the sidecar's time once the
+answer has gone (:class:`~proxy.datapath.connection.Connection`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from protocol.apis import ApiRegistry
+from protocol.leniency import QUIET, Leniency
+from protocol.scan import response_header_size
+from protocol.schema import encode
+
+if TYPE_CHECKING:
+    from proxy.datapath.dispatch import Response
+
+FETCH = 1
+THROTTLE_FIELD = "ThrottleTimeMs"
+_INT32 = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class Throttle:
+    """The sidecar's throttle of one request (the request filter makes it; the answer's
+    filter may add to it; the connection reads it when the answer has gone)."""
+
+    #: Milliseconds the client waits: set in the answer, and the connection's mute.
+    ms: int = 0
+    #: Measures the answer (its size in bytes, after the size prefix) and says the throttle
+    #: it asks (``consumer_byte_rate``), or ``None`` when only the request was measured.
+    measure_answer: Callable[[int], int] | None = None
+
+
+class ThrottlePatch:
+    """The response filter that puts the sidecar's throttle in the answer: ``ThrottleTimeMs``
+    becomes the larger of the broker's and the sidecar's. Answers without the field (old
+    versions) go unchanged; the connection's mute throttles them all the same."""
+
+    api_keys = None
+
+    def __init__(self, registry: ApiRegistry, leniency: Leniency = QUIET) -> None:
+        self._registry = registry
+        self._leniency = leniency
+
+    def on_response(self, response: Response) -> Response | None:
+        """See the class docstring."""
+        throttle = response.throttle
+        if throttle is None:
+            return None
+        if throttle.measure_answer is not None:
+            throttle.ms = max(throttle.ms, throttle.measure_answer(len(response.frame) - 4))
+        if throttle.ms <= 0:
+            return None
+        header = response.header
+        patched = self.patched(header.api_key, header.api_version, response.header_version, response.frame,
+                               throttle.ms)
+        return None if patched is None else dataclasses.replace(response, frame=patched)
+
+    def patched(self, api_key: int, version: int, header_version: int, frame: bytes | memoryview,
+                ms: int) -> bytes | None:
+        """``frame`` (size prefix included) with its ``ThrottleTimeMs`` raised to ``ms``, or
+        ``None`` when it has none or is not lower."""
+        view = memoryview(frame)
+        head = 4 + response_header_size(view[4:], header_version)
+        if api_key == FETCH and version >= 1:  # the body's first field: no need to decode the records
+            (broker,) = _INT32.unpack_from(view, head)
+            if broker >= ms:
+                return None
+            data = bytearray(view)
+            _INT32.pack_into(data, head, ms)
+            return bytes(data)
+        api = self._registry.api(api_key)
+        if not any(f.name == THROTTLE_FIELD and version in f.versions for f in api.response.fields):
+            return None
+        value, trailing = self._leniency.response(api, version, view[head:])
+        if value[THROTTLE_FIELD] >= ms:
+            return None
+        body = dict(value)
+        body[THROTTLE_FIELD] = ms
+        encoded = encode(api.response, version, body) + trailing
+        return _INT32.pack(head - 4 + len(encoded)) + bytes(view[4:head]) + encoded

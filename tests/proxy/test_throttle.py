@@ -1,0 +1,159 @@
+"""Client-quota throttles (issue 33, KIP-219): the answer carries the larger of the broker's
+and the sidecar's ``ThrottleTimeMs``, and the connection is not read for the sidecar's time.
+
+Answers are written by our encoder and read back by kafka-python (an independent reader);
+the connection runs on memory streams under trio's virtual clock.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import trio
+import trio.testing
+from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.producer import ProduceResponse
+
+from protocol.apis import DEFAULT_REGISTRY, ApiRegistry
+from protocol.schema import encode
+from proxy.config.settings import ConnectionSettings
+from proxy.datapath.addressing import StaticAddressBook
+from proxy.datapath.client_quota import ClientQuotaFilter, quota_user
+from proxy.datapath.connection import Connection, Parts
+from proxy.datapath.dispatch import Dispatch
+from proxy.datapath.metrics import SidecarMetrics
+from proxy.datapath.rewrite import Rewriter
+from proxy.datapath.routing import Router
+from proxy.datapath.throttle import ThrottlePatch
+from proxy.local.api import Context, LocalApiTable
+from proxy.local.ports import BrokerEntry, Ports, UpstreamInfo
+from quotas.client_rates import ClientRates
+from quotas.clients import CONSUMER_BYTE_RATE, ClientQuotas, Entity
+from quotas.rate import RateConfig
+
+PRODUCE, FETCH = 0, 1
+
+
+def answer(api_key: int, version: int, correlation_id: int, body: dict[str, object]) -> bytes:
+    """A response frame with header v0 (both APIs at these versions)."""
+    encoded = encode(DEFAULT_REGISTRY.api(api_key).response, version, body)
+    return struct.pack(">ii", 4 + len(encoded), correlation_id) + encoded
+
+
+PRODUCED = {"Responses": [{"Name": "t", "PartitionResponses": [
+    {"Index": 0, "ErrorCode": 0, "BaseOffset": 41, "LogAppendTimeMs": -1, "LogStartOffset": 0}]}]}
+
+
+def test_a_produce_answer_gets_the_larger_throttle_and_keeps_everything_else() -> None:
+    patch = ThrottlePatch(DEFAULT_REGISTRY)
+    frame = answer(PRODUCE, 7, 5, {**PRODUCED, "ThrottleTimeMs": 100})
+    patched = patch.patched(PRODUCE, 7, 0, frame, 5000)
+    assert patched is not None
+    assert struct.unpack(">i", patched[:4])[0] == len(patched) - 4 and patched[4:8] == frame[4:8]
+    read = ProduceResponse[7].decode(patched[8:]).to_dict()
+    original = ProduceResponse[7].decode(frame[8:]).to_dict()
+    assert read["throttle_time_ms"] == 5000
+    assert {**read, "throttle_time_ms": 100} == original
+    # The broker's own, longer throttle stands; so does an answer with no such field (v0).
+    assert patch.patched(PRODUCE, 7, 0, answer(PRODUCE, 7, 5, {**PRODUCED, "ThrottleTimeMs": 8000}), 5000) is None
+    assert patch.patched(PRODUCE, 0, 0, answer(PRODUCE, 0, 5, PRODUCED), 5000) is None
+
+
+def fetch_answer(correlation_id: int, throttle: int, records: bytes) -> bytes:
+    return answer(FETCH, 4, correlation_id, {"ThrottleTimeMs": throttle, "Responses": [{"Topic": "t", "Partitions": [
+        {"PartitionIndex": 0, "ErrorCode": 0, "HighWatermark": 9, "LastStableOffset": 9,
+         "AbortedTransactions": [], "Records": records}]}]})
+
+
+def test_a_fetch_answer_is_patched_in_place() -> None:
+    frame = fetch_answer(3, 20, b"r" * 1000)
+    patched = ThrottlePatch(DEFAULT_REGISTRY).patched(FETCH, 4, 0, frame, 750)
+    assert patched is not None and len(patched) == len(frame) and patched[12:] == frame[12:]
+    assert FetchResponse[4].decode(patched[8:]).throttle_time_ms == 750
+
+
+def test_the_quota_user_is_the_principal_name() -> None:
+    assert quota_user("User:alice") == "alice"
+    assert quota_user("User:ANONYMOUS") == "ANONYMOUS"
+    assert quota_user("User:") == "ANONYMOUS"
+
+
+def fetch_request(correlation_id: int) -> bytes:
+    """Fetch v4, header v1 (client id ``t``): the body is never read on this path."""
+    payload = struct.pack(">hhih", FETCH, 4, correlation_id, 1) + b"t" + b"\x00" * 8
+    return struct.pack(">i", len(payload)) + payload
+
+
+class Broker:
+    """Answers each Fetch with 14,000 bytes of records (a 14,1xx-byte answer)."""
+
+    def __init__(self) -> None:
+        self.received: list[float] = []
+
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        buffer = b""
+        while data := await stream.receive_some(65536):
+            buffer += data
+            while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">i", buffer[:4])[0]:
+                size = struct.unpack(">i", buffer[:4])[0]
+                frame, buffer = buffer[4:4 + size], buffer[4 + size:]
+                self.received.append(trio.current_time())
+                await stream.send_all(fetch_answer(struct.unpack(">i", frame[4:8])[0], 0, b"r" * 14_000))
+
+
+class NoUpstreamInfo:
+    info: UpstreamInfo | None = None
+
+
+class NoBrokers:
+    def broker_entries(self, listener: str) -> tuple[BrokerEntry, list[BrokerEntry]]:
+        return BrokerEntry(1, "h", 1), []
+
+
+async def read_frame(stream: trio.abc.Stream) -> bytes:
+    buffer = b""
+    while len(buffer) < 4 or len(buffer) < 4 + struct.unpack(">i", buffer[:4])[0]:
+        data = await stream.receive_some(65536)
+        assert data
+        buffer += data
+    return buffer
+
+
+async def test_a_throttled_fetch_is_answered_at_once_then_the_client_is_not_read(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """consumer_byte_rate 1,000 B/s for client id ``t``: the first answer (about 14.1 kB over
+    the padded 10 s window: 1,41x B/s) asks about 4.1 s; the answer says so at once, and the
+    next request reaches the broker only then."""
+    registry = ApiRegistry()
+    rates = ClientRates(RateConfig(11, 1000))
+    rates.install(ClientQuotas({Entity(None, "t"): {CONSUMER_BYTE_RATE: 1000}}))
+    router = Router(registry, LocalApiTable([]), NoUpstreamInfo(), Rewriter(StaticAddressBook({}), "PLAINTEXT"))
+    metrics = SidecarMetrics(registry)
+    broker = Broker()
+    async with trio.open_nursery() as nursery:
+
+        async def open_upstream() -> trio.abc.Stream:
+            ours, theirs = trio.testing.memory_stream_pair()
+            nursery.start_soon(broker.serve, theirs)
+            return ours
+
+        parts = Parts(settings=ConnectionSettings(), registry=registry, router=router, metrics=metrics,
+                      open_upstream=open_upstream,
+                      dispatch=Dispatch(registry, router, metrics, (ClientQuotaFilter(rates),), throttles=True))
+        client, server_side = trio.testing.memory_stream_pair()
+        context = Context(listener="PLAINTEXT", peer=("127.0.0.1", 5),
+                          ports=Ports(upstream=NoUpstreamInfo(), brokers=NoBrokers()))
+        nursery.start_soon(Connection(parts, server_side, context).run)
+        start = trio.current_time()
+        await client.send_all(fetch_request(1))
+        first = await read_frame(client)
+        size = len(first) - 4  # what the sensor recorded
+        expected = round((size / 10 - 1000) / 1000 * 10_000)  # Kafka's throttle formula, by hand
+        assert FetchResponse[4].decode(first[8:]).throttle_time_ms == expected > 4000
+        assert trio.current_time() - start < 0.001  # answered at once
+        await client.send_all(fetch_request(2))
+        second = await read_frame(client)
+        assert broker.received[1] - start == pytest.approx(expected / 1000, abs=0.002)  # not read before
+        assert FetchResponse[4].decode(second[8:]).throttle_time_ms > 0  # still over: throttled again
+        await client.aclose()
