@@ -325,7 +325,7 @@ class ClientWrite:
 
 
 def plan_alter_clients(
-    request: AlterClientQuotasRequest, *, can_write: bool
+    request: AlterClientQuotasRequest, *, can_write: bool, refused: Mapping[str, str] | None = None
 ) -> tuple[AlterClientQuotasResponse, list[Write | ClientWrite]]:
     """The AlterClientQuotas answer and its writes when the sidecar holds user and client-id
     quotas (IP entries are planned as :func:`plan_alter` plans them).
@@ -339,6 +339,8 @@ def plan_alter_clients(
     ours: a value that is not finite is refused (Kafka lets NaN through), and removing a
     key that is not a quota key is a no-op (Kafka keeps only quota keys in its quota map;
     here ``/config/users/<user>`` also holds SCRAM credentials, which must survive).
+    ``refused`` maps quota keys this sidecar does not enforce to why: setting one is refused
+    (INVALID_REQUEST with that message) rather than stored and silently ignored.
 
     Kafka's ZooKeeper mode (``ZkAdminManager.alterClientQuotas``) accepted duplicate keys
     (the last won), values of 0 or below, and would merge a duplicated entity type in the
@@ -348,7 +350,7 @@ def plan_alter_clients(
     writes: list[Write | ClientWrite] = []
     seen: set[Entity | tuple[str | None, ...]] = set()
     for entry in request.entries:
-        code, message, planned = _check_client_entry(entry.entity, entry.ops, can_write, seen)
+        code, message, planned = _check_client_entry(entry.entity, entry.ops, can_write, seen, refused or {})
         results.append(AlterationResult(entity=entry.entity, error=code, error_message=message))
         if code == ErrorCode.NONE and not request.validate_only:
             writes.extend(planned)
@@ -367,6 +369,7 @@ def _check_client_entry(
     ops: Sequence[QuotaOp],
     can_write: bool,
     seen: set[Entity | tuple[str | None, ...]],
+    refused: Mapping[str, str],
 ) -> tuple[ErrorCode, str | None, list[Write | ClientWrite]]:
     invalid = ErrorCode.INVALID_REQUEST
     keys: set[str] = set()
@@ -401,7 +404,7 @@ def _check_client_entry(
             if op.key in QUOTA_KEYS:
                 changes.append((op.key, None))
             continue
-        problem = check_value(op.key, op.value)
+        problem = check_value(op.key, op.value) or refused.get(op.key)
         if problem is not None:
             return invalid, problem, []
         changes.append((op.key, float(op.value)))

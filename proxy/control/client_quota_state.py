@@ -13,16 +13,17 @@ every one as soon as its watch fires.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import trio
 
 from protocol.apis import DESCRIBE_CLIENT_QUOTAS
 from proxy.control.upstream import Upstream
 from proxy.control.zk import ZooKeeper
+from quotas.admin import ClientWrite
 from quotas.client_rates import ClientRates
 from quotas.client_store import ClientQuotaStore
-from quotas.clients import EMPTY, ClientQuotas, Entity
+from quotas.clients import CONTROLLER_MUTATION_RATE, EMPTY, REQUEST_PERCENTAGE, ClientQuotas
 from quotas.rate import RateConfig
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,14 @@ log = logging.getLogger(__name__)
 #: How often ``auto`` asks again whether the broker serves client quotas itself.
 RECHECK_INTERVAL = 5.0
 SIDECAR, BROKER, AUTO = "sidecar", "broker", "auto"
+#: Quota keys the sidecar does not enforce: AlterClientQuotas refuses them, saying why.
+REFUSED: Mapping[str, str] = {
+    REQUEST_PERCENTAGE: "request_percentage is not enforced by the sidecar: it is a share of the "
+                        "broker's request-handler and network threads, which a sidecar does not have; "
+                        "set it where the broker enforces quotas (sidecar.client.quotas=broker)",
+    CONTROLLER_MUTATION_RATE: "controller_mutation_rate is not enforced by this sidecar yet "
+                              "(docs/operations.md, \"Client quotas\")",
+}
 
 
 class ClientQuotaState:
@@ -83,13 +92,18 @@ class ClientQuotaState:
             self._apply()
             await trio.sleep(RECHECK_INTERVAL)
 
-    async def alter(self, changes: Sequence[tuple[Entity, Sequence[tuple[str, float | None]]]]) -> None:
+    @property
+    def refused(self) -> Mapping[str, str]:
+        """Quota keys this sidecar does not enforce, and why."""
+        return REFUSED
+
+    async def alter_clients(self, writes: Sequence[ClientWrite]) -> None:
         """Write ZooKeeper; our own writes take effect here at once (read-your-writes)."""
         assert self.store is not None and self.zk is not None
-        for entity, entity_changes in changes:
-            await self.zk.call(self.store.alter, entity, entity_changes)
-            log.info("client quota %s: %s", entity, ", ".join(
-                f"{key} removed" if value is None else f"{key}={value:g}" for key, value in entity_changes))
+        for write in writes:
+            await self.zk.call(self.store.alter, write.entity, write.changes)
+            log.info("client quota %s: %s", write.entity, ", ".join(
+                f"{key} removed" if value is None else f"{key}={value:g}" for key, value in write.changes))
         self.install(await self.zk.call(self.store.read))
 
 

@@ -224,6 +224,7 @@ class Sidecar:
             upstream=self.upstream,
             brokers=Brokers(self.identity, self.registration, lambda: self.address_book),
             quotas=self.ip_quotas,
+            client_quotas=self.client_quotas if self.client_quotas.store is not None else None,
             users=self.users if self._owns_scram_users() and role is not Role.WORKER else None,
             groups=self.groups,
             super_users=config["super.users"],

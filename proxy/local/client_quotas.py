@@ -1,9 +1,10 @@
-"""DescribeClientQuotas (48) and AlterClientQuotas (49) for per-IP quotas (KIP-612).
+"""DescribeClientQuotas (48) and AlterClientQuotas (49): per-IP quotas (KIP-612), and user
+and client-id quotas where this sidecar enforces them (``sidecar.client.quotas``, KIP-55).
 
 The decisions are :mod:`quotas.admin`'s, on the typed messages of :mod:`quotas.messages`;
 this module turns the decoded body into one, asks it, and hands the ZooKeeper writes to the quota port (:class:`~proxy.local.ports.QuotaPort`) as an answer-later.
-Requests about users and client ids only are not taken (:func:`takes`): the broker
-answers them.
+Requests about users and client ids only are not taken (:func:`takes`) while the broker
+holds those quotas: the broker answers them.
 """
 
 from __future__ import annotations
@@ -22,8 +23,15 @@ from quotas.messages import AlterClientQuotasRequest, DescribeClientQuotasReques
 log = logging.getLogger(__name__)
 
 
+def enforcing(context: Context) -> bool:
+    """Whether this sidecar holds user and client-id quotas now (``sidecar.client.quotas``)."""
+    port = context.ports.client_quotas
+    return port is not None and port.enforcing
+
+
 def takes(registry: ApiRegistry) -> Takes:
-    """The predicate: True when the sidecar answers this quota request (it names ``ip``)."""
+    """The predicate: True when the sidecar answers this quota request (it names ``ip``, or
+    this sidecar enforces user and client-id quotas)."""
 
     def predicate(header: RequestHeader, request: Mapping[str, Any] | None, context: Context) -> bool:
         api = registry.get(header.api_key)
@@ -31,38 +39,59 @@ def takes(registry: ApiRegistry) -> Takes:
             return False
         if request is None:  # a body we cannot read is answered (and closed) locally
             return True
+        local = enforcing(context)
         if header.api_key == DESCRIBE_CLIENT_QUOTAS:
             info = context.ports.upstream.info
             broker_has = info is not None and header.api_key in info.api_versions
             describe = DescribeClientQuotasRequest.from_wire(header.api_version, request)
-            return admin.route_describe(describe, broker_has) is admin.Route.LOCAL
+            return admin.route_describe(describe, broker_has, clients_local=local) is admin.Route.LOCAL
         alter = AlterClientQuotasRequest.from_wire(header.api_version, request)
-        return admin.route_alter(alter) is admin.Route.LOCAL
+        return admin.route_alter(alter, clients_local=local) is admin.Route.LOCAL
 
     return predicate
 
 
 def describe(request: LocalRequest, context: Context) -> Answer:
-    """Answer DescribeClientQuotas for the ip entity."""
+    """Answer DescribeClientQuotas: the ip entity, and users and client ids while this
+    sidecar enforces them."""
     quotas = context.ports.quotas
     assert request.body is not None and quotas is not None
     asked = DescribeClientQuotasRequest.from_wire(request.version, request.body)
+    clients = context.ports.client_quotas
+    if clients is not None and clients.enforcing:
+        return Respond(body=admin.describe_clients(asked, clients.current, quotas.snapshot()).to_wire(request.version))
     return Respond(body=admin.describe(asked, quotas.snapshot()).to_wire(request.version))
 
 
 def alter(request: LocalRequest, context: Context) -> Answer:
-    """Answer AlterClientQuotas for the ip entity: later, once ZooKeeper has the writes."""
+    """Answer AlterClientQuotas (the ip entity; users and client ids while this sidecar
+    enforces them): later, once ZooKeeper has the writes."""
     quotas = context.ports.quotas
     assert request.body is not None and quotas is not None
     version = request.version
     asked = AlterClientQuotasRequest.from_wire(version, request.body)
-    response, writes = admin.plan_alter(asked, can_write=quotas.can_write)
-    if not writes:
+    clients = context.ports.client_quotas
+    ip_writes: list[admin.Write] = []
+    client_writes: list[admin.ClientWrite] = []
+    if clients is not None and clients.enforcing:
+        response, planned = admin.plan_alter_clients(asked, can_write=quotas.can_write, refused=clients.refused)
+        for write in planned:
+            if isinstance(write, admin.ClientWrite):
+                client_writes.append(write)
+            else:
+                ip_writes.append(write)
+    else:
+        response, ip_writes = admin.plan_alter(asked, can_write=quotas.can_write)
+    if not ip_writes and not client_writes:
         return Respond(body=response.to_wire(version))
 
     async def answer() -> Respond:
         try:
-            await quotas.alter(writes)
+            if ip_writes:
+                await quotas.alter(ip_writes)
+            if client_writes:
+                assert clients is not None
+                await clients.alter_clients(client_writes)
         except Exception as exc:  # ZooKeeper failed: tell the client, keep the connection
             log.warning("AlterClientQuotas: ZooKeeper write failed: %s", exc)
             failed = response.failed(ErrorCode.UNKNOWN_SERVER_ERROR, f"ZooKeeper write failed: {exc}")

@@ -22,7 +22,8 @@ from coordinator.outcome import Response, Step
 from proxy.auth.acl.evaluate import Authorizer
 from proxy.auth.acl.model import AclBinding, BindingFilter
 from proxy.auth.sasl.scram import ScramCredential
-from quotas.admin import Write
+from quotas.admin import ClientWrite, Write
+from quotas.clients import ClientQuotas
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,29 @@ class QuotaPort(Protocol):
         ...
 
     async def alter(self, writes: Sequence[Write]) -> None:
+        """Apply the writes (ZooKeeper); raises on failure."""
+        ...
+
+
+class ClientQuotaPort(Protocol):
+    """User and client-id quotas (KIP-55), where this sidecar may enforce them."""
+
+    @property
+    def enforcing(self) -> bool:
+        """Whether this sidecar enforces them now (and so answers their administration)."""
+        ...
+
+    @property
+    def current(self) -> ClientQuotas:
+        """ZooKeeper's quotas as last read."""
+        ...
+
+    @property
+    def refused(self) -> Mapping[str, str]:
+        """Quota keys this sidecar does not enforce, and why (setting one is refused)."""
+        ...
+
+    async def alter_clients(self, writes: Sequence[ClientWrite]) -> None:
         """Apply the writes (ZooKeeper); raises on failure."""
         ...
 
@@ -233,6 +257,8 @@ class Ports:
     upstream: UpstreamView
     brokers: BrokerDirectory
     quotas: QuotaPort | None = None
+    #: User and client-id quotas (with ZooKeeper, unless ``sidecar.client.quotas=broker``).
+    client_quotas: ClientQuotaPort | None = None
     users: UserDirectory | None = None
     #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
     groups: GroupPort | None = None

@@ -15,10 +15,18 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import trio
 from confluent_kafka import Producer
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+from kafka.protocol.producer import ProduceResponse
 from kazoo.client import KazooClient
 
 from proxy.tools.cli import main as cli_main
@@ -26,8 +34,9 @@ from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
 from proxy.tools.rig.tansu import TansuServer
 from proxy.tools.rig.zookeeper import ZooKeeperServer
 from quotas.client_store import ClientQuotaStore
-from quotas.clients import PRODUCER_BYTE_RATE, Entity
-from tests.proxy.wire import Wire, create_topic
+from quotas.clients import DEFAULT, PRODUCER_BYTE_RATE, Entity
+from tests.bench.kafka import record_batch
+from tests.proxy.wire import Wire, create_topic, kp_decode, kp_request, request_frame
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +80,106 @@ async def _topic(sidecar: SidecarServer) -> str:
     finally:
         await wire.aclose()
     return name
+
+
+Alter, Describe = AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+
+def alter_entry(parts: list[tuple[str, str | None]], key: str, value: float, remove: bool = False) -> object:
+    return Alter.EntryData(entity=[Alter.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in parts],
+                           ops=[Alter.EntryData.OpData(key=key, value=value, remove=remove)])
+
+
+async def call_kp(wire: Wire, request: object, response_class: object, key: int, version: int, corr: int) -> Any:
+    await wire.send(kp_request(request, corr))
+    frame = await wire.read_frame()
+    assert frame is not None, "closed instead of answering"
+    got, body = kp_decode(response_class, version, frame, key)
+    assert got == corr
+    return body
+
+
+async def one_produce(sidecar: SidecarServer, topic: str, client_id: str) -> tuple[int, int]:
+    """One Produce v7 of about 120 kB from ``client_id`` on a new connection: ``(request
+    size as Kafka counts it, ThrottleTimeMs of the answer)``."""
+    frame = request_frame(0, 7, 1, {"TransactionalId": None, "Acks": 1, "TimeoutMs": 30000, "TopicData": [
+        {"Name": topic, "PartitionData": [{"Index": 0, "Records": record_batch(120, 1000)}]}]}, client_id=client_id)
+    wire = await Wire.connect(sidecar.host, sidecar.port)
+    try:
+        await wire.send(frame)
+        answer = await wire.read_frame()
+        assert answer is not None
+    finally:
+        await wire.aclose()
+    _, body = kp_decode(ProduceResponse, 7, answer, 0)
+    assert body.responses[0].partition_responses[0].error_code == 0
+    return len(frame) - 4, body.throttle_time_ms
+
+
+def test_quotas_set_over_the_wire_resolve_by_kafkas_precedence(rig: tuple[SidecarServer, str]) -> None:
+    """AlterClientQuotas and DescribeClientQuotas answered by the sidecar (Tansu has neither),
+    stored as Kafka stores them, and three of the eight levels end to end: a first Produce
+    of S bytes on a fresh sensor measures S / 2 per second (3 samples: the window is padded
+    to 2 s), so its throttle tells which quota applied: round((S/2 - Q) / Q x 2000) ms."""
+    sidecar, connect = rig
+    topic = trio.run(_topic, sidecar)
+
+    async def administer() -> tuple[Any, Any, Any]:
+        wire = await Wire.connect(sidecar.host, sidecar.port)
+        try:
+            altered = await call_kp(wire, Alter[1](entries=[
+                alter_entry([("user", "ANONYMOUS"), ("client-id", "e1")], PRODUCER_BYTE_RATE, 40000),  # level 1
+                alter_entry([("client-id", "e2")], PRODUCER_BYTE_RATE, 20000),  # level 7
+                alter_entry([("client-id", None)], PRODUCER_BYTE_RATE, 10000),  # level 8
+                alter_entry([("user", "carol")], "request_percentage", 50),  # not enforced here: refused
+            ], validate_only=False), AlterClientQuotasResponse, 49, 1, 2)
+            described = await call_kp(wire, Describe[1](components=[
+                Describe.ComponentData(entity_type="client-id", match_type=2, match=None)], strict=False),
+                DescribeClientQuotasResponse, 48, 1, 3)
+            mixed = await call_kp(wire, Describe[1](components=[
+                Describe.ComponentData(entity_type="client-id", match_type=1, match=None),
+                Describe.ComponentData(entity_type="ip", match_type=1, match=None)], strict=False),
+                DescribeClientQuotasResponse, 48, 1, 4)
+            return altered, described, mixed
+        finally:
+            await wire.aclose()
+
+    altered, described, mixed = trio.run(administer)
+    codes = [(e.error_code, e.error_message) for e in altered.entries]
+    assert codes[:3] == [(0, None)] * 3
+    assert codes[3][0] == 42 and "request_percentage is not enforced by the sidecar" in codes[3][1]
+    named = {tuple((p.entity_type, p.entity_name) for p in e.entity): {v.key: v.value for v in e.values}
+             for e in described.entries}
+    # "Specified" lists every entity with a client-id part, the default one included, as
+    # Kafka's ClientQuotasImage lists it.
+    assert named == {(("user", "ANONYMOUS"), ("client-id", "e1")): {PRODUCER_BYTE_RATE: 40000.0},
+                     (("client-id", "e2"),): {PRODUCER_BYTE_RATE: 20000.0},
+                     (("client-id", None),): {PRODUCER_BYTE_RATE: 10000.0}}
+    assert mixed.error_code == 42  # ip with client-id: INVALID_REQUEST, as Kafka
+    client = KazooClient(hosts=connect)
+    client.start()
+    try:
+        stored = {path: json.loads(client.get(path)[0]) for path in (
+            "/config/users/ANONYMOUS/clients/e1", "/config/clients/e2", "/config/clients/<default>")}
+    finally:
+        client.stop()
+        client.close()
+    assert stored["/config/clients/e2"] == {"version": 1, "config": {PRODUCER_BYTE_RATE: "20000"}}
+    assert {v["config"][PRODUCER_BYTE_RATE] for v in stored.values()} == {"40000", "20000", "10000"}
+    try:
+        for client_id, quota in (("e1", 40000), ("e2", 20000), ("e3", 10000)):
+            size, throttle = trio.run(one_produce, sidecar, topic, client_id)
+            assert throttle == round((size / 2 - quota) / quota * 2000), (client_id, size, throttle)
+    finally:
+        for parts in ([("user", "ANONYMOUS"), ("client-id", "e1")], [("client-id", "e2")], [("client-id", None)]):
+            set_quota(connect, _entity(parts), PRODUCER_BYTE_RATE, None)
+
+
+def _entity(parts: list[tuple[str, str | None]]) -> Entity:
+    """The entity of AlterClientQuotas parts (a ``None`` name is the default entity)."""
+    named = dict(parts)
+    user, client = (None if k not in named else DEFAULT if named[k] is None else named[k] for k in ("user", "client-id"))
+    return Entity(user, client)
 
 
 def test_a_scram_producer_over_its_byte_rate_is_held_to_it_and_told_so(rig: tuple[SidecarServer, str]) -> None:
