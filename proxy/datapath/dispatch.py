@@ -345,6 +345,10 @@ class Response:
         """The frame after its size: the response header, then the body."""
         return memoryview(self.frame)[4:]
 
+    def with_frame(self, frame: bytes | memoryview) -> Response:
+        """This answer with another frame (a filter's change)."""
+        return dataclasses.replace(self, frame=frame)
+
 
 class ResponseFilter(Protocol):
     """One link of the response chain: ``None`` to pass, a changed :class:`Response`, a

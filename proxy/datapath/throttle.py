@@ -12,19 +12,16 @@ answer has gone (:class:`~proxy.datapath.connection.Connection`).
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol, Self, TypeVar
 
 from protocol.apis import ApiRegistry
+from protocol.headers import RequestHeader
 from protocol.leniency import QUIET, Leniency
 from protocol.scan import response_header_size
 from protocol.schema import encode
-
-if TYPE_CHECKING:
-    from proxy.datapath.dispatch import Response
 
 FETCH = 1
 THROTTLE_FIELD = "ThrottleTimeMs"
@@ -43,6 +40,37 @@ class Throttle:
     measure_answer: Callable[[int], int] | None = None
 
 
+class ThrottledAnswer(Protocol):
+    """What :class:`ThrottlePatch` reads of an answer (``proxy.datapath.dispatch.Response``)."""
+
+    @property
+    def header(self) -> RequestHeader:
+        """The header of the request it answers."""
+        ...
+
+    @property
+    def header_version(self) -> int:
+        """The version of the response header."""
+        ...
+
+    @property
+    def frame(self) -> bytes | memoryview:
+        """The whole frame, size prefix included."""
+        ...
+
+    @property
+    def throttle(self) -> Throttle | None:
+        """The request's throttle, if it has one."""
+        ...
+
+    def with_frame(self, frame: bytes) -> Self:
+        """The same answer with another frame."""
+        ...
+
+
+A = TypeVar("A", bound=ThrottledAnswer)
+
+
 class ThrottlePatch:
     """The response filter that puts the sidecar's throttle in the answer: ``ThrottleTimeMs``
     becomes the larger of the broker's and the sidecar's. Answers without the field (old
@@ -54,7 +82,7 @@ class ThrottlePatch:
         self._registry = registry
         self._leniency = leniency
 
-    def on_response(self, response: Response) -> Response | None:
+    def on_response(self, response: A) -> A | None:
         """See the class docstring."""
         throttle = response.throttle
         if throttle is None:
@@ -66,7 +94,7 @@ class ThrottlePatch:
         header = response.header
         patched = self.patched(header.api_key, header.api_version, response.header_version, response.frame,
                                throttle.ms)
-        return None if patched is None else dataclasses.replace(response, frame=patched)
+        return None if patched is None else response.with_frame(patched)
 
     def patched(self, api_key: int, version: int, header_version: int, frame: bytes | memoryview,
                 ms: int) -> bytes | None:

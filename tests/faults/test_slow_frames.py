@@ -30,7 +30,9 @@ TIMEOUT_S = 4.0
 def test_three_half_sent_98_mib_frames_stop_nobody_and_are_closed_in_time(tansu: TansuServer, tmp_path: Path) -> None:
     from confluent_kafka import Producer
 
-    keys = {"socket.request.read.timeout.ms": str(int(TIMEOUT_S * 1000))}
+    # One process: queued.max.request.bytes is shared out per worker (three frames over two
+    # workers would wait for memory, not time out), and the RSS read is the sidecar's own.
+    keys = {"socket.request.read.timeout.ms": str(int(TIMEOUT_S * 1000)), "sidecar.workers": "1"}
     with sidecar_process(tmp_path, tansu.bootstrap, "slow-frames", **keys) as sidecar:
         pid = sidecar.process.pid or 0
         producer = Producer({"bootstrap.servers": sidecar.bootstrap, "linger.ms": 0})
