@@ -20,8 +20,9 @@ A sensor that recorded nothing for a whole sensor span (``quota.window.num`` ×
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from quotas.clients import EMPTY, ClientQuotas
 from quotas.rate import Average, QuotaSensor, RateConfig
@@ -61,6 +62,8 @@ class ClientRates:
         #: What this process recorded since :meth:`take_usage` (for the other processes).
         self._usage: dict[UsageKey, float] = {}
         self._swept_ms = 0
+        #: Told ``(sensor, ms)`` of every throttle this process decides (the metrics).
+        self.on_throttle: Callable[[SensorKey, int], None] | None = None
 
     def install(self, quotas: ClientQuotas) -> None:
         """Use these quotas from now on (a change in ZooKeeper); the rates measured so far
@@ -86,6 +89,8 @@ class ClientRates:
             sensor.throttled += 1
             sensor.throttled_ms += throttle
             sensor.throttle.record(throttle, now_ms)
+            if self.on_throttle is not None:
+                self.on_throttle(sensor_key, throttle)
         return throttle
 
     def take_usage(self) -> dict[UsageKey, float]:
@@ -99,6 +104,11 @@ class ClientRates:
             limit = self.quotas.resolve(user, client_id, key)
             if limit is not None:  # (else no quota here, or not yet: nothing to measure)
                 self._sensor((key, *limit.sensor), limit.value, now_ms).rate.rate.record(amount, now_ms)
+
+    def add_usage_entries(self, entries: Iterable[Sequence[Any]], now_ms: int) -> None:
+        """:meth:`add_usage` of ``[key, user, client id, amount]`` lists (as a message carries them)."""
+        self.add_usage((((str(key), str(user), str(client_id)), float(amount))
+                        for key, user, client_id, amount in entries), now_ms)
 
     def sensors(self, now_ms: int) -> Iterator[tuple[SensorKey, Sensor]]:
         """The live sensors (for metrics), idle ones dropped first."""

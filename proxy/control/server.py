@@ -33,6 +33,7 @@ from proxy.config.settings import (
 )
 from proxy.control.acceptor import serve_listener
 from proxy.control.acl_state import AclState
+from proxy.control.client_quota_metrics import RateCollector, ThrottleCounters
 from proxy.control.client_quota_state import BROKER, ClientQuotaState
 from proxy.control.features_state import FeatureState
 from proxy.control.gate_config import gate_config
@@ -146,6 +147,12 @@ class Sidecar:
             config["sidecar.client.quotas"],
             RateConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000),
             self.zk, self.upstream)
+        if self.client_quotas.store is not None:
+            series = config["observer.prometheus.max.principals"]
+            if role is not Role.SUPERVISOR:  # where throttles are decided
+                self.client_quotas.rates.on_throttle = ThrottleCounters(self.metrics.registry, series)
+            if role is not Role.WORKER:  # where the page is (a supervisor's rates: every worker's usage)
+                self.metrics.registry.register(RateCollector(self.client_quotas.rates, series))
         #: OAUTHBEARER's signing keys, when a JWKS URL is set (:mod:`proxy.control.jwks`).
         self.jwks = (JwksFetcher(JwksSettings.from_config(config), token_rules(config))
                      if config["sasl.oauthbearer.jwks.endpoint.url"] and role is not Role.SUPERVISOR else None)

@@ -273,6 +273,8 @@ class Supervisor:
             elif op == "flushed":
                 worker.flushed.set()
             elif op == "usage":
+                # The sidecar-wide rates, for /metrics.
+                self.sidecar.client_quotas.rates.add_usage_entries(message["usage"], int(trio.current_time() * 1000))
                 for other in self.workers:
                     if other is not worker and other.ready and other.channel is not None:
                         nursery.start_soon(_pass_on, other.channel, message)  # a slow worker holds up no one

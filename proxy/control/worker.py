@@ -87,9 +87,7 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
                 elif op == "pong":
                     pass
                 elif op == "usage":
-                    sidecar.client_quotas.rates.add_usage(
-                        (((key, user, client_id), amount) for key, user, client_id, amount in message["usage"]),
-                        int(trio.current_time() * 1000))
+                    sidecar.client_quotas.rates.add_usage_entries(message["usage"], int(trio.current_time() * 1000))
                 elif op == "flush":
                     flush()
                     await channel.send({"op": "flushed"})

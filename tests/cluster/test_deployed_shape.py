@@ -27,6 +27,7 @@ tests/coordinator/test_placement.py).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import signal
 import socket
@@ -101,6 +102,7 @@ class Shape:
             "sidecar.coordinator.metadata.refresh.ms": "1000",
             "sidecar.authorizer": "acls",
             "allow.everyone.if.no.acl.found": "true",
+            "sidecar.client.quotas": "sidecar",
             "observer.class.names": "tests.cluster.capture:Capture",
             "observer.capture.dir": str(self.work),
         }
@@ -659,6 +661,41 @@ def test_a_sidecar_killed_and_restarted_serves_its_broker_again_and_its_groups_k
     wait_until(lambda: all(find(cluster.ports[n], [group])[group][0] == 2 for n in IDS), 15,
                "every sidecar names the restarted one for its group")
     assert committed(cluster.address(2)) == acked  # back with its owner, nothing lost
+
+
+def test_a_client_quota_set_through_one_sidecar_binds_in_every_process_of_every_sidecar_within_a_second(
+    cluster: Shape,
+) -> None:
+    """AlterClientQuotas through sidecar 1: every process of the three sidecars (a supervisor
+    and two workers each) installs the new quota, read from each one's log line, within 1 s
+    of the answer."""
+    client_id = f"fleet-{uuid.uuid4().hex[:6]}"
+    marks = {n: len(cluster.sidecars[n].log_path.read_bytes()) for n in IDS}
+    with AdminClient(cluster.address(1)) as admin:
+        altered = admin.call(49, 1, {"Entries": [{"Entity": [{"EntityType": "client-id", "EntityName": client_id}],
+                                                  "Ops": [{"Key": "producer_byte_rate", "Value": 2097152.0,
+                                                           "Remove": False}]}], "ValidateOnly": False})
+        answered = time.time()
+        assert altered.Entries[0].ErrorCode == 0, altered.Entries[0].ErrorMessage
+
+    def installed() -> list[float]:
+        times = []
+        for n in IDS:
+            log = cluster.sidecars[n].log_path.read_bytes()[marks[n]:].decode(errors="replace")
+            for line in log.splitlines():
+                if "client quotas now" in line and f"clients/{client_id}: {{'producer_byte_rate': 2097152.0}}" in line:
+                    stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                    times.append(stamp.timestamp())
+        return times
+
+    wait_until(lambda: len(installed()) >= 3 * len(IDS), 10, "every process installed the quota")
+    latest = max(installed()) - answered
+    print(f"\na client quota set through sidecar 1 was in every process of the fleet {latest:.3f} s after the answer")
+    assert latest <= 1.0
+    with AdminClient(cluster.address(2)) as admin:  # leave no quota behind
+        admin.call(49, 1, {"Entries": [{"Entity": [{"EntityType": "client-id", "EntityName": client_id}],
+                                        "Ops": [{"Key": "producer_byte_rate", "Value": 0.0, "Remove": True}]}],
+                           "ValidateOnly": False})
 
 
 def pid_of(server: SidecarServer) -> int:

@@ -34,7 +34,7 @@ from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
 from proxy.tools.rig.tansu import TansuServer
 from proxy.tools.rig.zookeeper import ZooKeeperServer
 from quotas.client_store import ClientQuotaStore
-from quotas.clients import DEFAULT, PRODUCER_BYTE_RATE, Entity
+from quotas.clients import CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_RATE, Entity
 from tests.bench.kafka import record_batch
 from tests.proxy.wire import Wire, create_topic, kp_decode, kp_request, request_frame
 
@@ -234,6 +234,56 @@ def test_a_scram_producer_over_its_byte_rate_is_held_to_it_and_told_so(rig: tupl
     throttled = [b["throttle"]["max"] for s in stats for b in s["brokers"].values()  # type: ignore[attr-defined]
                  if b["throttle"]["max"] > 0]
     assert throttled, "librdkafka never saw a throttle time"
+    # The page (Kafka's names, the sensor's tags): throttles counted in the worker that
+    # decided them, the rate and quota from the supervisor's sidecar-wide sensors.
+    labels = {"quota_type": "Produce", "user": "alice", "client_id": "p1"}
+    assert _metric(sidecar, "ksidecar_client_quota_throttled_total", **labels) > 10
+    assert _metric(sidecar, "ksidecar_client_quota_throttle_ms_total", **labels) > 1000
+    assert _metric(sidecar, "ksidecar_client_quota_limit", **labels) == MIB
+    assert 0 < _metric(sidecar, "ksidecar_client_quota_byte_rate", **labels) < 3 * MIB
+
+
+def test_a_kafka_python_consumer_over_its_byte_rate_is_held_to_it(rig: tuple[SidecarServer, str],
+                                                                  tansu: TansuServer) -> None:
+    """consumer_byte_rate 1 MiB/s for client id kc, on a topic filled beforehand (straight at
+    the broker, in 64 kB batches): a kafka-python consumer fetching a quarter of its quota at
+    a time reads 1 MiB/s within 10% over 30 s. (Answers of 2.4 MB, the filler's 1 MB
+    batches, throttled in steps too coarse for a 30 s window: 1.09 MiB/s.)"""
+    from kafka import KafkaConsumer
+
+    sidecar, connect = rig
+    topic = trio.run(_topic, sidecar)
+    filler = Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 50, "batch.size": 65536})
+    payload = b"z" * 10_000
+    for _ in range(int((WARM + MEASURED + 8) * MIB / len(payload))):  # more than it may read meanwhile
+        while True:
+            try:
+                filler.produce(topic, payload)
+                break
+            except BufferError:
+                filler.poll(0.05)
+    assert filler.flush(60) == 0
+    set_quota(connect, Entity(None, "kc"), CONSUMER_BYTE_RATE, MIB)
+    try:
+        consumer = KafkaConsumer(topic, bootstrap_servers=sidecar.bootstrap, client_id="kc",
+                                 group_id=None, auto_offset_reset="earliest", enable_auto_commit=False,
+                                 fetch_max_bytes=262144, max_partition_fetch_bytes=262144)  # answers of 1/4 of the quota
+        got: list[tuple[float, int]] = []
+        began = time.monotonic()
+        try:
+            while time.monotonic() < began + WARM + MEASURED:
+                for records in consumer.poll(timeout_ms=200).values():
+                    now = time.monotonic()
+                    got.extend((now, len(r.value)) for r in records)
+        finally:
+            consumer.close()
+        rate = sum(n for when, n in got if began + WARM <= when < began + WARM + MEASURED) / MEASURED
+        print(f"\nconsumer_byte_rate 1 MiB/s: {rate / MIB:.3f} MiB/s of records read over {MEASURED:g} s")
+        assert 0.9 * MIB <= rate <= 1.1 * MIB, f"{rate / MIB:.3f} MiB/s"
+        labels = {"quota_type": "Fetch", "user": "", "client_id": "kc"}
+        assert _metric(sidecar, "ksidecar_client_quota_throttled_total", **labels) > 0
+    finally:
+        set_quota(connect, Entity(None, "kc"), CONSUMER_BYTE_RATE, None)
 
 
 def push(bootstrap: str, topic: str, client_id: str, seconds: float, acked: list[tuple[float, int]],
