@@ -6,7 +6,8 @@ runs the PySpark audit jobs and writes an HTML report (see :mod:`spark_jobs.repo
 ``ksidecar audit readiness --audit PATH --target 4.0`` prints which clients would break on a
 target Kafka, ``ksidecar audit profile`` captures a broker's ApiVersions as a target
 (:mod:`proxy.tools.readiness`);
-``ksidecar quotas`` describes and alters per-IP connection quotas over the wire
+``ksidecar quotas`` describes and alters client quotas over the wire, shaped like
+kafka-configs.sh: per-IP connection rates, user and client-id byte rates
 (:mod:`proxy.tools.quotas_cli`); ``ksidecar groups`` lists, describes and deletes consumer
 groups and resets their offsets over the wire (:mod:`proxy.tools.groups_cli`); ``ksidecar
 acls`` adds, removes and lists ACLs over the wire, shaped like kafka-acls.sh

@@ -36,7 +36,7 @@ from proxy.tools.rig.zookeeper import ZooKeeperServer
 from quotas.client_store import ClientQuotaStore
 from quotas.clients import CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_RATE, Entity
 from tests.bench.kafka import record_batch
-from tests.proxy.wire import Wire, create_topic, kp_decode, kp_request, request_frame
+from tests.proxy.wire import Wire, call_kp, create_topic, kp_decode, request_frame
 
 pytestmark = pytest.mark.integration
 
@@ -88,15 +88,6 @@ Alter, Describe = AlterClientQuotasRequest, DescribeClientQuotasRequest
 def alter_entry(parts: list[tuple[str, str | None]], key: str, value: float, remove: bool = False) -> object:
     return Alter.EntryData(entity=[Alter.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in parts],
                            ops=[Alter.EntryData.OpData(key=key, value=value, remove=remove)])
-
-
-async def call_kp(wire: Wire, request: object, response_class: object, key: int, version: int, corr: int) -> Any:
-    await wire.send(kp_request(request, corr))
-    frame = await wire.read_frame()
-    assert frame is not None, "closed instead of answering"
-    got, body = kp_decode(response_class, version, frame, key)
-    assert got == corr
-    return body
 
 
 async def one_produce(sidecar: SidecarServer, topic: str, client_id: str) -> tuple[int, int]:
@@ -237,10 +228,10 @@ def test_a_scram_producer_over_its_byte_rate_is_held_to_it_and_told_so(rig: tupl
     # The page (Kafka's names, the sensor's tags): throttles counted in the worker that
     # decided them, the rate and quota from the supervisor's sidecar-wide sensors.
     labels = {"quota_type": "Produce", "user": "alice", "client_id": "p1"}
-    assert _metric(sidecar, "ksidecar_client_quota_throttled_total", **labels) > 10
-    assert _metric(sidecar, "ksidecar_client_quota_throttle_ms_total", **labels) > 1000
-    assert _metric(sidecar, "ksidecar_client_quota_limit", **labels) == MIB
-    assert 0 < _metric(sidecar, "ksidecar_client_quota_byte_rate", **labels) < 3 * MIB
+    assert sidecar.sample("ksidecar_client_quota_throttled_total", **labels) > 10
+    assert sidecar.sample("ksidecar_client_quota_throttle_ms_total", **labels) > 1000
+    assert sidecar.sample("ksidecar_client_quota_limit", **labels) == MIB
+    assert 0 < sidecar.sample("ksidecar_client_quota_byte_rate", **labels) < 3 * MIB
 
 
 def test_a_kafka_python_consumer_over_its_byte_rate_is_held_to_it(rig: tuple[SidecarServer, str],
@@ -281,7 +272,7 @@ def test_a_kafka_python_consumer_over_its_byte_rate_is_held_to_it(rig: tuple[Sid
         print(f"\nconsumer_byte_rate 1 MiB/s: {rate / MIB:.3f} MiB/s of records read over {MEASURED:g} s")
         assert 0.9 * MIB <= rate <= 1.1 * MIB, f"{rate / MIB:.3f} MiB/s"
         labels = {"quota_type": "Fetch", "user": "", "client_id": "kc"}
-        assert _metric(sidecar, "ksidecar_client_quota_throttled_total", **labels) > 0
+        assert sidecar.sample("ksidecar_client_quota_throttled_total", **labels) > 0
     finally:
         set_quota(connect, Entity(None, "kc"), CONSUMER_BYTE_RATE, None)
 
@@ -329,16 +320,7 @@ def test_a_user_quota_holds_for_the_sidecar_across_its_workers(rig: tuple[Sideca
         print(f"\none user's producer_byte_rate 1 MiB/s over two producers: {rate / MIB:.3f} MiB/s together")
         assert 0.9 * MIB <= rate <= 1.1 * MIB, f"{rate / MIB:.3f} MiB/s"
         # Each producer's connections went to the least-loaded worker: both workers served.
-        assert all(_metric(sidecar, "ksidecar_worker_connections", worker=w) >= 0 for w in "01")
+        assert all(sidecar.sample("ksidecar_worker_connections", worker=w) >= 0 for w in "01")
     finally:
         set_quota(connect, Entity("ANONYMOUS", None), PRODUCER_BYTE_RATE, None)
 
-
-def _metric(server: SidecarServer, name: str, **labels: str) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    for family in text_string_to_metric_families(server.scrape()):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    raise AssertionError(f"{name}{labels} not on the page")

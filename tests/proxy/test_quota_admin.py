@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from proxy.tools.rig.tansu import TansuServer
 from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
-from tests.proxy.wire import Wire, kp_decode, kp_request, our_decode
+from tests.proxy.wire import Wire, call_kp, kp_request, our_decode
 
 pytestmark = pytest.mark.integration
 
@@ -37,15 +37,6 @@ def alter_entry(ip: str | None, rate: float | None, *, remove: bool = False, ext
         entity.append(Alter.EntryData.EntityData(entity_type=extra[0], entity_name=extra[1]))
     op = Alter.EntryData.OpData(key="connection_creation_rate", value=rate or 0.0, remove=remove)
     return Alter.EntryData(entity=entity, ops=[op])
-
-
-async def call_kp(wire: Wire, request: object, response_class: object, key: int, version: int, corr: int) -> object:
-    await wire.send(kp_request(request, corr))
-    frame = await wire.read_frame()
-    assert frame is not None, "connection closed instead of answering"
-    got_corr, body = kp_decode(response_class, version, frame, key)
-    assert got_corr == corr
-    return body
 
 
 def read_znode(connect: str, path: str) -> dict[str, object] | None:

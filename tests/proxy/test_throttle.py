@@ -27,10 +27,11 @@ from proxy.datapath.rewrite import Rewriter
 from proxy.datapath.routing import Router
 from proxy.datapath.throttle import ThrottlePatch
 from proxy.local.api import Context, LocalApiTable
-from proxy.local.ports import BrokerEntry, Ports, UpstreamInfo
+from proxy.local.ports import Ports
 from quotas.client_rates import ClientRates
 from quotas.clients import CONSUMER_BYTE_RATE, ClientQuotas, Entity
 from quotas.rate import RateConfig
+from tests.proxy.test_connection_seam import NoBrokers, NoUpstreamInfo
 
 PRODUCE, FETCH = 0, 1
 
@@ -100,15 +101,6 @@ class Broker:
                 frame, buffer = buffer[4:4 + size], buffer[4 + size:]
                 self.received.append(trio.current_time())
                 await stream.send_all(fetch_answer(struct.unpack(">i", frame[4:8])[0], 0, b"r" * 14_000))
-
-
-class NoUpstreamInfo:
-    info: UpstreamInfo | None = None
-
-
-class NoBrokers:
-    def broker_entries(self, listener: str) -> tuple[BrokerEntry, list[BrokerEntry]]:
-        return BrokerEntry(1, "h", 1), []
 
 
 async def read_frame(stream: trio.abc.Stream) -> bytes:

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from protocol.apis import METADATA
 from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
@@ -40,14 +39,6 @@ def sidecar(tansu: TansuServer, zookeeper: ZooKeeperServer,
             "sidecar.coordinator": "embedded", "group.initial.rebalance.delay.ms": "0"}
     with start_sidecar(work, tansu.bootstrap, name="workers", keys=keys) as server:
         yield server
-
-
-def metric(server: SidecarServer, name: str, **labels: str) -> float:
-    for family in text_string_to_metric_families(server.scrape()):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    raise AssertionError(f"{name}{labels} not on the page")
 
 
 def worker_pids(server: SidecarServer) -> dict[int, int]:
@@ -83,10 +74,10 @@ async def test_connections_go_to_the_least_loaded_worker_and_the_page_sums_them(
     try:
         for n, wire in enumerate(wires):
             await api_versions(wire, n)
-        assert [metric(sidecar, "ksidecar_worker_connections", worker=w) for w in "01"] == [2.0, 2.0]
+        assert [sidecar.sample("ksidecar_worker_connections", worker=w) for w in "01"] == [2.0, 2.0]
         # The data-path gauge lives in the workers; the page adds them up.
-        assert metric(sidecar, "ksidecar_connections_active", listener="PLAINTEXT") == 4.0
-        assert metric(sidecar, "ksidecar_worker_up", worker="0") == 1.0
+        assert sidecar.sample("ksidecar_connections_active", listener="PLAINTEXT") == 4.0
+        assert sidecar.sample("ksidecar_worker_up", worker="0") == 1.0
     finally:
         for wire in wires:
             await wire.aclose()
@@ -135,7 +126,7 @@ def test_one_group_across_both_workers_is_served_by_one_coordinator(sidecar: Sid
     # One coordinator split the four partitions between the members, each consumed once.
     assert sorted(map(len, assignments)) == [2, 2] and assignments[0] | assignments[1] == {0, 1, 2, 3}
     assert got[0] | got[1] == set(range(40)) and not got[0] & got[1]
-    assert all(metric(sidecar, "ksidecar_worker_connections", worker=w) >= 0 for w in "01")
+    assert all(sidecar.sample("ksidecar_worker_connections", worker=w) >= 0 for w in "01")
 
 
 @pytest.mark.serial  # it times the replacement: 0.11-0.14 s alone, 1.22 s once beside the whole suite
@@ -145,11 +136,11 @@ def test_a_killed_worker_is_replaced_within_a_second_and_the_other_workers_clien
 
 
 async def _kill_under_load(sidecar: SidecarServer) -> None:
-    before = {w: metric(sidecar, "ksidecar_worker_restarts_total", worker=w) for w in "01"}
+    before = {w: sidecar.sample("ksidecar_worker_restarts_total", worker=w) for w in "01"}
     # Both workers idle (the last test's clients gone): the first connection goes to
     # worker 0, the second to worker 1.
     with trio.fail_after(10):
-        while [metric(sidecar, "ksidecar_worker_connections", worker=w) for w in "01"] != [0.0, 0.0]:
+        while [sidecar.sample("ksidecar_worker_connections", worker=w) for w in "01"] != [0.0, 0.0]:
             await trio.sleep(0.1)
     kept, doomed = await Wire.connect(sidecar.host, sidecar.port), await Wire.connect(sidecar.host, sidecar.port)
     await api_versions(kept, 1)
@@ -173,12 +164,12 @@ async def _kill_under_load(sidecar: SidecarServer) -> None:
         os.kill(victim, signal.SIGKILL)
         assert await doomed.wait_closed() == b""  # its own connections are lost
         with trio.fail_after(5):
-            while worker_pids(sidecar).get(1) == victim or metric(sidecar, "ksidecar_worker_up", worker="1") != 1.0:
+            while worker_pids(sidecar).get(1) == victim or sidecar.sample("ksidecar_worker_up", worker="1") != 1.0:
                 await trio.sleep(0.02)
         replaced_in = time.monotonic() - killed_at
     assert answered == 400  # the other worker's client saw no error
     assert replaced_in < 1.0, f"replaced after {replaced_in:.2f} s"
-    assert metric(sidecar, "ksidecar_worker_restarts_total", worker="1") == before["1"] + 1
+    assert sidecar.sample("ksidecar_worker_restarts_total", worker="1") == before["1"] + 1
     assert f"worker 1 (pid {victim}) exited with code -9" in sidecar.log_path.read_text()
     fresh = await Wire.connect(sidecar.host, sidecar.port)  # new clients are served again
     await api_versions(fresh, 3)

@@ -90,6 +90,16 @@ def kp_request(request: Any, correlation_id: int, client_id: str = CLIENT_ID) ->
     return bytes(request.encode(header=True, framed=True))
 
 
+async def call_kp(wire: Wire, request: Any, response_class: Any, key: int, version: int, corr: int) -> Any:
+    """Send a request encoded by kafka-python and decode its answer with kafka-python."""
+    await wire.send(kp_request(request, corr))
+    frame = await wire.read_frame()
+    assert frame is not None, "connection closed instead of answering"
+    got_corr, body = kp_decode(response_class, version, frame, key)
+    assert got_corr == corr
+    return body
+
+
 class Wire:
     """One raw client connection (a trio stream) that sends bytes and reads frames."""
 

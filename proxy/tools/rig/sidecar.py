@@ -13,6 +13,8 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from proxy.tools.rig.ports import LOOPBACK, free_port
 from proxy.tools.rig.process import ManagedProcess, Service
 
@@ -44,6 +46,15 @@ class SidecarServer(Service):
         with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
             text: str = response.read().decode()
             return text
+
+    def sample(self, name: str, **labels: str) -> float:
+        """The value of the first sample ``name`` whose labels include ``labels`` (scraped
+        now); raises ``LookupError`` when the page has none."""
+        for family in text_string_to_metric_families(self.scrape()):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return float(sample.value)
+        raise LookupError(f"{name}{labels} is not on the page")
 
 
 def _ready(url: str) -> bool:
