@@ -29,9 +29,16 @@ What each row says (:meth:`AuditRecorder.record`):
 * Denials (version 3): what the sidecar's ACLs refused of the request, or would have in
   shadow mode (:attr:`~observers.exchange.Exchange.denials`), as the ``denials`` list of the
   request's ``first_row``; null on its other rows, and when nothing was refused.
+* Throttle time (version 3): the response's top-level ``ThrottleTimeMs`` as sent to the
+  client (with client quotas, the larger of the broker's and the sidecar's), on every row
+  of the request; null when the response has no such field at its version, when there
+  was no response, and when it cannot be read. Read by the pick that reads the row's
+  errors (Produce: the same walk as its partition errors; Fetch: its first four bytes;
+  other APIs: the same pick as the top-level error, :class:`TopErrors`): never a second
+  walk of a response.
 
 Which schema version the rows have is the recorder's :attr:`AuditRecorder.version` (2 or
-3: version 3 adds the client software columns and ``denials``). The audits set it from the finalized
+3: version 3 adds the client software columns, ``denials`` and ``throttle_time_ms``). The audits set it from the finalized
 level of the sidecar feature ``ksidecar.audit.format`` (:func:`format_version`), checked
 on their first exchange and on every tick; a change rolls every open file, so rows of
 the new version start new files (:meth:`AuditRecorder.use_version`).
@@ -64,8 +71,10 @@ from observers.traffic import (
     TopicInventory,
     TopicNames,
     fetch_max_wait,
+    fetch_throttle,
     fetch_traffic,
     produce_traffic,
+    throttle_in,
 )
 from protocol.apis import Api, ApiRegistry
 from protocol.errors import ProtocolError
@@ -73,8 +82,9 @@ from protocol.headers import RequestHeader
 from protocol.pick import Picker
 from protocol.spec import MessageSpec
 
-#: A Produce ``acks`` (``None`` for other APIs) and the partitions picked from the frames.
-Picked = tuple[int | None, list[PartitionTraffic]]
+#: A Produce ``acks`` (``None`` for other APIs), the partitions picked from the frames and
+#: the response's ``ThrottleTimeMs`` (``None``: none at its version, or no response).
+Picked = tuple[int | None, list[PartitionTraffic], int | None]
 
 ISOLATIONS = ("thread", "process")
 
@@ -200,7 +210,7 @@ def _pick_big(
                 picked = produce_traffic(version, request, body, names)
         elif body is not None:
             if api_key == FETCH_KEY and (by_id or len(body) >= pick_from):
-                picked = None, fetch_traffic(version, body, names)
+                picked = None, fetch_traffic(version, body, names), fetch_throttle(version, body)
             elif api_key == METADATA_KEY:
                 names.learn(version, body)
     except ProtocolError:
@@ -313,12 +323,12 @@ class AuditRecorder:
         body = f.body
         inventory: list[tuple[str, int]] = []
         if f.picked is not None:
-            acks, parts = f.picked
+            acks, parts, throttle = f.picked
         else:
-            acks, parts, inventory = self._traffic(api_key, version, f)
+            acks, parts, inventory, throttle = self._traffic(api_key, version, f)
         error: int | None = None
         if not parts and body is not None:
-            error = self.errors.read(self.apis.get(api_key), version, memoryview(body))
+            error, throttle = self.errors.read_top(self.apis.get(api_key), version, memoryview(body))
         name = self._api_names.get(api_key)
         if name is None:
             name = self._api_names[api_key] = self.apis.name(api_key)
@@ -334,13 +344,14 @@ class AuditRecorder:
             _micros(f.upstream_elapsed) if sent and not f.local else None, f.local, acks,
         )
         # Version 3's columns close every row (the columns of a version are a prefix of the
-        # next's): the client software on each, the denials on the first row only.
+        # next's): the client software and the throttle time on each, the denials on the
+        # first row only.
         end: tuple[Any, ...] = ()
         first_end: tuple[Any, ...] = ()
         if self.version >= 3:
             software = f.client_software if f.client_software is not None else (None, None)
-            end = (*software, None)
-            first_end = (*software, denial_list(f.denials)) if f.denials else end
+            end = (*software, None, throttle)
+            first_end = (*software, denial_list(f.denials), throttle) if f.denials else end
         sink = self.sink
         if not parts:
             sink.append((*head, True, error, *tail, None, None, None, None, None, f.max_wait_ms, *first_end))
@@ -358,26 +369,28 @@ class AuditRecorder:
 
     def _traffic(
         self, api_key: int, version: int, f: AuditFacts
-    ) -> tuple[int | None, list[PartitionTraffic], list[tuple[str, int]]]:
-        """Produce ``acks``, the Produce or Fetch partitions, and a Metadata response's
-        topics (learning their ids)."""
+    ) -> tuple[int | None, list[PartitionTraffic], list[tuple[str, int]], int | None]:
+        """Produce ``acks``, the Produce or Fetch partitions, a Metadata response's topics
+        (learning their ids), and the Produce or Fetch response's ``ThrottleTimeMs`` (for
+        other APIs :meth:`TopErrors.read_top` reads it with the error)."""
         acks = (None if f.expects_response else 0) if api_key == PRODUCE_KEY else None
         request, body = f.request, f.body
         try:
             if api_key == PRODUCE_KEY:
                 if request is not None:
-                    acks, parts = produce_traffic(
+                    acks, parts, throttle = produce_traffic(
                         version, memoryview(request),
                         None if body is None else memoryview(body), self.names,
                     )
-                    return acks, parts, []
+                    return acks, parts, [], throttle
             elif body is not None and api_key == FETCH_KEY:
-                return acks, fetch_traffic(version, memoryview(body), self.names), []
+                view = memoryview(body)
+                return acks, fetch_traffic(version, view, self.names), [], fetch_throttle(version, view)
             elif body is not None and api_key == METADATA_KEY:
-                return acks, [], self.inventory.read(version, memoryview(body), self.names)
+                return acks, [], self.inventory.read(version, memoryview(body), self.names), None
         except ProtocolError:  # the broker's to refuse: the row gets the header facts
-            return acks, [], []
-        return acks, [], []
+            return acks, [], [], None
+        return acks, [], [], None
 
     def tick(self, now: float) -> None:
         """Flush and roll on time."""
@@ -401,33 +414,48 @@ class TopErrors:
     """A response's error for its audit row: its top-level ``ErrorCode``; else the first
     non-zero ``ErrorCode`` among the entries of its top-level arrays, in field order; else
     0. ``None`` when the body cannot be read. Picked, not decoded (one picker per API
-    version; every response of the registry can be picked, tests/observers check it)."""
+    version; every response of the registry can be picked, tests/observers check it).
+    The same pick reads the response's top-level ``ThrottleTimeMs`` (:meth:`read_top`)."""
 
     def __init__(self) -> None:
-        self._pickers: dict[tuple[int, int], tuple[Picker, bool]] = {}
+        self._pickers: dict[tuple[int, int], TopPicker] = {}
 
     def read(self, api: Api | None, version: int, body: memoryview) -> int | None:
         """The error of ``body``, a response of ``api`` (an :class:`~protocol.apis.Api`,
         ``None`` when unknown) at ``version``."""
+        return self.read_top(api, version, body)[0]
+
+    def read_top(self, api: Api | None, version: int, body: memoryview) -> tuple[int | None, int | None]:
+        """The error of ``body`` (as :meth:`read`) and its ``ThrottleTimeMs``: ``None``
+        when the response has none at ``version``, or either when the body cannot be read."""
         if api is None:
-            return None
+            return None, None
         key = (api.key, version)
         found = self._pickers.get(key)
         if found is None:
-            found = self._pickers[key] = error_picker(api.response, version)
-        picker, top_level = found
+            found = self._pickers[key] = top_picker(api.response, version)
+        picker, top_level, throttle_at = found
         try:
             values = picker.pick(version, body)
         except ProtocolError:
-            return None
+            return None, None
+        throttle: int | None = None if throttle_at is None else values[throttle_at]
         if top_level:
-            code: int = values[0]
-            return code
-        for entries in values:
+            code: int = values[0 if throttle_at != 0 else 1]
+            return code, throttle
+        for i, entries in enumerate(values):
+            if i == throttle_at:
+                continue
             for (code,) in entries or ():
                 if code:
-                    return code
-        return 0
+                    return code, throttle
+        return 0, throttle
+
+
+#: A response's picker of its error fields and ``ThrottleTimeMs`` at one version; whether it
+#: picks the top-level ``ErrorCode``; where the throttle time is among the values picked
+#: (``None``: the response has none at that version).
+TopPicker = tuple[Picker, bool, int | None]
 
 
 def error_picker(spec: MessageSpec, version: int) -> tuple[Picker, bool]:
@@ -442,3 +470,15 @@ def error_picker(spec: MessageSpec, version: int) -> tuple[Picker, bool]:
         and any(c.name == "ErrorCode" and c.present_in(version) for c in f.fields)
     }  # fmt: skip
     return Picker(spec, arrays), False
+
+
+def top_picker(spec: MessageSpec, version: int) -> TopPicker:
+    """:func:`error_picker`'s selection, plus ``ThrottleTimeMs`` when ``spec`` has it at
+    ``version`` (a picker returns values in the spec's field order: its index is the number
+    of selected fields declared before it)."""
+    errors, top_level = error_picker(spec, version)
+    if not throttle_in(spec, version):
+        return errors, top_level, None
+    selection = {**errors.selection, "ThrottleTimeMs": None}
+    order = [f.name for f in spec.fields if f.name in selection]
+    return Picker(spec, selection), top_level, order.index("ThrottleTimeMs")

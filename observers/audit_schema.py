@@ -29,7 +29,12 @@ Versions:
    refused of the request (``sidecar.authorizer=acls``), or would have refused in shadow
    mode, as a list of {``resource_type``, ``resource_name``, ``operation``, ``mode``} on
    the request's ``first_row``; null on every other row and when nothing was refused.
-   Version 1 and 2 files read as version 3 with these columns null.
+   It also adds ``throttle_time_ms``: the response's top-level ``ThrottleTimeMs`` as sent
+   to the client (client quotas, KIP-219: the larger of the broker's and the sidecar's),
+   null when the response has no such field or there is none. Version 1 and 2 files read
+   as version 3 with these columns null. ``throttle_time_ms`` came last, while version 3
+   was still unreleased: a version 3 file written before it lacks that one column and
+   reads with it null the same way (a file's columns are always a prefix of its version's).
 
 Which version a sidecar writes is the fleet's decision, not the release's: the sidecar
 feature ``ksidecar.audit.format`` (KIP-584, docs/features.md) at level 0 writes version 2,
@@ -100,11 +105,15 @@ _FIELDS: list[tuple[str, pa.DataType, bool, str]] = [
     ("denials", pa.list_(pa.struct([pa.field(n, pa.string(), nullable=False) for n in DENIAL_FIELDS])), True,
      "on the first_row: each resource the sidecar's ACLs refused of the request (mode enforce) or would have (mode shadow), "
      "e.g. {Topic, orders-eu, Write, shadow}; null when nothing was, on other rows, and without sidecar.authorizer=acls (v3)"),
+    ("throttle_time_ms", pa.int32(), True,
+     "the response's top-level ThrottleTimeMs as sent to the client (with client quotas the larger of the broker's "
+     "and the sidecar's; > 0: the client was throttled for that long), on every row of the request; null when the "
+     "response has no such field at its version (e.g. Produce/Fetch v0) or there is no response (v3)"),
 ]
 
 #: The first version of each column added after version 1 (the others are in every version).
 _ADDED = {"topic_partitions": 2, "max_wait_ms": 2, "client_software_name": 3,
-          "client_software_version": 3, "denials": 3}
+          "client_software_version": 3, "denials": 3, "throttle_time_ms": 3}
 
 #: The Arrow schema of every audit file (partition columns excluded).
 AUDIT_SCHEMA = pa.schema(

@@ -6,7 +6,9 @@ Shared by the audit and the Prometheus observer, which read raw exchanges
 headers (:func:`protocol.records.count_records`: v2 batches carry their count, legacy
 message sets are walked). Produce v13+ and Fetch v13+ name topics by id (KIP-516);
 :class:`TopicNames` maps ids to names from the Metadata responses the observer sees, and
-an id it has not seen stays in its text form.
+an id it has not seen stays in its text form. The responses' ``ThrottleTimeMs`` (client
+quotas, KIP-219) comes along at no extra walk: Produce's from the pick that reads its
+errors, Fetch's from its first four bytes.
 
 Every function here raises :class:`~protocol.errors.ProtocolError` on a body that is not
 a message of its version (the decoder would refuse it too: :mod:`protocol.pick`).
@@ -14,6 +16,7 @@ a message of its version (the decoder would refuse it too: :mod:`protocol.pick`)
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -22,6 +25,7 @@ from protocol.apis import DEFAULT_REGISTRY
 from protocol.errors import ProtocolError
 from protocol.pick import Picker
 from protocol.records import count_records
+from protocol.spec import MessageSpec
 
 #: Topic ids remembered per observer (each Metadata response may teach new ones).
 MAX_TOPIC_IDS = 100_000
@@ -34,6 +38,7 @@ PRODUCE_REQUEST = Picker(DEFAULT_REGISTRY.api(0).request, {
 PRODUCE_RESPONSE = Picker(DEFAULT_REGISTRY.api(0).response, {
     "Responses": {"Name": None, "TopicId": None,
                   "PartitionResponses": {"Index": None, "ErrorCode": None}},
+    "ThrottleTimeMs": None,
 })  # fmt: skip
 FETCH_RESPONSE = Picker(DEFAULT_REGISTRY.api(1).response, {
     "Responses": {"Topic": None, "TopicId": None,
@@ -49,6 +54,19 @@ FETCH_REQUEST = Picker(DEFAULT_REGISTRY.api(1).request, {"MaxWaitMs": None})
 #: Topics the audit remembers per hour for its inventory (then it records no new ones
 #: until the hour changes).
 MAX_INVENTORY_TOPICS = 100_000
+
+_THROTTLE = struct.Struct(">i")
+
+
+def throttle_in(spec: MessageSpec, version: int) -> bool:
+    """Whether ``spec`` (a response) has a top-level ``ThrottleTimeMs`` at ``version``."""
+    return any(f.name == "ThrottleTimeMs" and f.present_in(version) for f in spec.fields)
+
+
+#: The first version of the Produce and Fetch responses with a ``ThrottleTimeMs`` (1 for
+#: both): a response of an earlier version has none.
+PRODUCE_THROTTLE_FROM = min(v for v in range(16) if throttle_in(DEFAULT_REGISTRY.api(0).response, v))
+FETCH_THROTTLE_FROM = min(v for v in range(16) if throttle_in(DEFAULT_REGISTRY.api(1).response, v))
 
 
 class PartitionTraffic(NamedTuple):
@@ -115,17 +133,23 @@ def _records(body: memoryview, span: tuple[int, int] | None) -> tuple[int, int |
 
 def produce_traffic(
     version: int, request: memoryview, response: memoryview | None, names: TopicNames
-) -> tuple[int, list[PartitionTraffic]]:
-    """A Produce request's ``acks``, and one entry per topic-partition it carries with
-    the response's error for it (``None`` without a response, or when the response
-    cannot be read)."""
+) -> tuple[int, list[PartitionTraffic], int | None]:
+    """A Produce request's ``acks``, one entry per topic-partition it carries with the
+    response's error for it (``None`` without a response, or when the response cannot be
+    read), and the response's ``ThrottleTimeMs`` (``None`` likewise, and before version 1).
+
+    The response is walked once for both: its throttle time is its last field before the
+    tag section, read by the same pick as the errors."""
     acks, topics = PRODUCE_REQUEST.pick(version, request)
     errors: dict[tuple[Any, int], int] = {}
+    throttle: int | None = None
     if response is not None:
         try:
-            (answered,) = PRODUCE_RESPONSE.pick(version, response)
+            answered, picked_throttle = PRODUCE_RESPONSE.pick(version, response)
         except ProtocolError:
             answered = []
+        else:
+            throttle = picked_throttle if version >= PRODUCE_THROTTLE_FROM else None
         for name, topic_id, partitions in answered:
             key = name or topic_id
             for index, error in partitions:
@@ -137,7 +161,7 @@ def produce_traffic(
         for index, span in partitions:
             size, records = _records(request, span)
             out.append(PartitionTraffic(topic, index, size, records, errors.get((key, index))))
-    return acks, out
+    return acks, out, throttle
 
 
 def fetch_traffic(version: int, response: memoryview, names: TopicNames) -> list[PartitionTraffic]:
@@ -150,6 +174,16 @@ def fetch_traffic(version: int, response: memoryview, names: TopicNames) -> list
             size, records = _records(response, span)
             out.append(PartitionTraffic(topic, index, size, records, error))
     return out
+
+
+def fetch_throttle(version: int, response: memoryview) -> int | None:
+    """A Fetch response body's ``ThrottleTimeMs``, its first field from version 1: four
+    bytes read, nothing walked (``None`` before version 1 or when the body is shorter).
+    Whether the rest is a Fetch response is :func:`fetch_traffic`'s to find out."""
+    if version < FETCH_THROTTLE_FROM or len(response) < _THROTTLE.size:
+        return None
+    value: int = _THROTTLE.unpack_from(response, 0)[0]
+    return value
 
 
 def fetch_max_wait(version: int, request: memoryview) -> int:

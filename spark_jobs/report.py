@@ -34,17 +34,17 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JOBS = ("traffic", "unused_topics", "cost_attribution", "latency_slo", "completeness",
-        "upgrade_readiness", "least_privilege")
+        "upgrade_readiness", "least_privilege", "client_throttling")
 
 CHARTS = (
     "traffic_hourly", "top_topics", "requests_by_api", "cost_by_principal",
-    "latency_p99", "slo_share", "long_polls", "completeness", "readiness_matrix",
+    "latency_p99", "slo_share", "long_polls", "completeness", "readiness_matrix", "throttling",
 )
 """The charts a full report holds (``completeness`` only when a mirror was compared)."""
 
 TABLES = ("traffic-topics", "traffic-api", "cost", "latency", "long-polls", "unused",
           "inventory", "completeness", "readiness-breaking", "readiness-old", "readiness-clients",
-          "denied", "proposed-acls")
+          "denied", "proposed-acls", "throttled")
 """The ids of the tables (or their "nothing to show" notes) a full report holds."""
 
 TOP = 15
@@ -225,6 +225,7 @@ def render(out: Path, *, title: str = "", export: bool = True) -> Path:
         _completeness(p, data),
         _readiness(p, data, still),
         _denied(p, data),
+        _throttling(p, data),
     ]
     if export and still:
         (out / EXPORT).write_bytes(vlc.vegalite_to_png(
@@ -697,6 +698,69 @@ def _denied(p: page.Page, data: Path) -> str:
         page.table("proposed-acls", ["principal", "resource type", "pattern", "name", "operation",
                                      "names seen", "requests", "command"], acl_rows,
                    empty="No ACL to propose: the audit read has no principal traffic or shadow-mode denials."),
+    )
+
+
+#: Principals the throttling chart draws apart (the rest are summed as ``others``).
+CHART_PRINCIPALS = 15
+
+
+def _throttling(p: page.Page, data: Path) -> str:
+    """Client throttling (spark_jobs.client_throttling): per principal, client id and API,
+    the responses a client quota throttled and for how long."""
+    throttled = _read(data, "client_throttling", "throttled")
+    totals = _read(data, "client_throttling", "totals")
+    title = "Client throttling"
+    if throttled is None or totals is None:
+        return page.section("throttling", title, '<p class="empty">No output.</p>')
+    total = (totals.to_pylist() or [{"requests": 0, "recorded": 0, "throttled": 0,
+                                     "throttle_ms_total": 0}])[0]
+    p.summary.append(("throttled responses", f"{total['throttled']:,} of {total['recorded']:,}"))
+    p.principals.update(_col(throttled, "principal"))
+    per_principal = _sum(throttled, ["principal"], ["throttle_ms_total"])
+    kept = set(_largest(per_principal, "principal", "throttle_ms_total", CHART_PRINCIPALS))
+    seconds: dict[str, float] = {}
+    for r in per_principal.to_pylist():
+        who = r["principal"] if r["principal"] in kept else "others"
+        seconds[who] = seconds.get(who, 0.0) + r["throttle_ms_total"] / 1000
+    spec = charts.bars([{"principal": who, "seconds": s} for who, s in seconds.items()],
+                       label="principal", value="seconds", title="Throttle time per principal",
+                       unit="seconds throttled") if seconds else None
+    rows = [
+        page.Row(principal=r["principal"], cells=[
+            _text(r["principal"]), _text(r["client_id"]), f"{r['api_name']} ({r['api_key']})",
+            _num(_int(r["throttled"]), r["throttled"]), _num(_int(r["responses"]), r["responses"]),
+            _num(_share(r["share_throttled"]), r["share_throttled"]),
+            _num(_ms(r["throttle_ms_total"] * 1000), r["throttle_ms_total"]),
+            _num(_ms(r["throttle_ms_max"] * 1000), r["throttle_ms_max"]),
+            _when(r["first_throttled"]), _when(r["last_throttled"])])
+        for r in throttled.to_pylist()
+    ]
+    if total["recorded"] == 0:
+        verdict = ("No throttled request, and no throttle time recorded: the audit read has no "
+                   "response that carried one (throttle times are in audit schema version 3, "
+                   "written once ksidecar.audit.format is finalized at 1).")
+    elif total["throttled"] == 0:
+        verdict = (f"No throttled request: none of the {total['recorded']:,} responses that "
+                   "carried a throttle time was throttled.")
+    else:
+        who = len(set(zip(_col(throttled, "principal"), _col(throttled, "client_id"), strict=True)))
+        verdict = (f"{total['throttled']:,} of {total['recorded']:,} responses were throttled, "
+                   f"{_ms(total['throttle_ms_total'] * 1000)} in all, over {who:,} client(s) "
+                   "(principal and client.id).")
+    return page.section(
+        "throttling", title,
+        '<p class="note">A response over a client quota (producer_byte_rate, consumer_byte_rate) '
+        "carries its throttle time, the larger of the broker's and the sidecar's, and the "
+        "client's connection is then muted for that long. Per principal, client.id and API: "
+        "the throttled responses, of those that carried a throttle time, and their total and "
+        "longest throttle.</p>",
+        f'<p id="throttling-verdict">{html.escape(verdict)}</p>',
+        page.chart(p, "throttling", spec, "throttle time per principal",
+                   empty="No throttled request: nothing to draw."),
+        page.table("throttled", ["principal", "client.id", "API", "throttled", "responses",
+                                 "share throttled", "throttle time", "longest", "first throttled",
+                                 "last throttled"], rows, empty="No throttled request."),
     )
 
 

@@ -8,7 +8,8 @@ to three topic-partitions, one row each, ``first_row`` on the first), :func:`wri
 writes hours under ``dt=YYYY-MM-DD/hour=HH``. The mix is plausible, not a model of any real
 cluster: a few principals and many client ids, skewed topic popularity, a lognormal
 latency, 5% of produces with acks=0 (no response: null error, latency and response size),
-1% of responses with an error. Consumers long-poll: Fetch requests carry a max wait of
+1% of responses with an error, 2% of Produce and Fetch requests throttled by a client quota
+(``throttle_time_ms`` 100 ms to 2 s; 0 on every other answer). Consumers long-poll: Fetch requests carry a max wait of
 500 ms and a third of them are held that long; JoinGroup and SyncGroup are held for
 seconds. Each sidecar records the topic inventory once an hour (one Metadata request with
 a row per topic), including :attr:`Shape.idle_topics` topics no one ever uses. Rows are a
@@ -106,6 +107,11 @@ def hour_table(
     group_wait = (api == JOIN_GROUP_KEY) | (api == SYNC_GROUP_KEY)
     latency = np.where(group_wait, rng.integers(200_000, 3_000_000, size=n), latency)
     request_error = rng.random(size=n) < 0.01
+    # Client quotas throttle one Produce or Fetch in 50, for 100 ms to 2 s; every other
+    # answer carries 0 (each API here answers with a throttle time at its version). Taken
+    # from what is drawn already, so the other columns stay what the seed made them.
+    throttled = topical & (np.arange(n) % 50 == 7)
+    throttle_ms = np.where(throttled, 100 + latency % 1900, 0)
 
     row_request = np.repeat(np.arange(n), per_request)
     total = len(row_request)
@@ -158,6 +164,7 @@ def hour_table(
         "client_software_name": pa.nulls(total, pa.string()),
         "client_software_version": pa.nulls(total, pa.string()),
         "denials": pa.nulls(total, AUDIT_SCHEMA.field("denials").type),
+        "throttle_time_ms": _nullable(per_row(throttle_ms), row_no_response, pa.int32()),
     }
     traffic = pa.Table.from_arrays(list(columns.values()), schema=AUDIT_SCHEMA)
     return pa.concat_tables([traffic, inventory_table(start, shape, first_request_id + n)])
@@ -179,6 +186,7 @@ def inventory_table(start: datetime, shape: Shape, first_request_id: int) -> pa.
             "upstream_latency_us": 850, "local": False, "acks": None, "topic": None,
             "partition": None, "bytes": None, "records": None, "topic_partitions": None,
             "max_wait_ms": None, "client_software_name": None, "client_software_version": None,
+            "throttle_time_ms": 0,
         }
         rows.append(base)
         rows += [{**base, "first_row": False, "topic": t, "topic_partitions": shape.partitions}

@@ -78,7 +78,7 @@ def join_group() -> tuple[bytes, bytes]:
 
 def rows_of(directory: Path) -> list[dict[str, Any]]:
     ((version, names, rows),) = files(directory)
-    assert version == b"3" and names[-1] == "denials"
+    assert version == b"3" and names[-2:] == ["denials", "throttle_time_ms"]
     return rows
 
 

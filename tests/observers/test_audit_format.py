@@ -76,8 +76,9 @@ def files(directory: Path) -> list[tuple[bytes, list[str], list[dict[str, object
 def test_the_feature_is_the_one_the_coordinator_defines() -> None:
     assert FORMAT_FEATURE == AUDIT_FORMAT == "ksidecar.audit.format"
     assert (version_at_level(0), version_at_level(1)) == (2, 3)
-    assert schema_for(3).names[-3:] == ["client_software_name", "client_software_version", "denials"]
-    assert schema_for(2).names == schema_for(3).names[:-3] and len(schema_for(2)) == 26
+    assert schema_for(3).names[-4:] == ["client_software_name", "client_software_version", "denials",
+                                        "throttle_time_ms"]
+    assert schema_for(2).names == schema_for(3).names[:-4] and len(schema_for(2)) == 26
 
 
 @pytest.mark.parametrize("isolation", ["thread", "process"])
@@ -97,7 +98,7 @@ def test_level_0_writes_v2_and_finalizing_level_1_switches_to_v3_in_new_files(
     assert (v2, v3) == (b"2", b"3")
     assert len(names2) == 26 and "client_software_name" not in names2
     assert [r["correlation_id"] for r in rows2] == [1, 1]
-    assert names3[-3:] == ["client_software_name", "client_software_version", "denials"]
+    assert names3[-4:] == ["client_software_name", "client_software_version", "denials", "throttle_time_ms"]
     assert [(r["correlation_id"], r["client_software_name"], r["client_software_version"]) for r in rows3] == [
         (2, "confluent-kafka-python", "2.6.0-rdkafka-2.6.0"),
         (2, "confluent-kafka-python", "2.6.0-rdkafka-2.6.0"),
@@ -116,7 +117,7 @@ def test_the_level_read_after_configure_counts_from_the_first_exchange(tmp_path:
     audit.feed(produce(1, SMALL), RDKAFKA)
     audit.audit.close(30)
     ((version, names, rows),) = files(tmp_path)
-    assert version == b"3" and len(names) == 29
+    assert version == b"3" and len(names) == 30
     assert [r["client_software_name"] for r in rows] == ["confluent-kafka-python"] * 2
 
 

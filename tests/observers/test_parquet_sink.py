@@ -39,6 +39,7 @@ def row(i: int, micros: int = T0) -> tuple[Any, ...]:
         "latency_us": 10, "upstream_latency_us": 5, "local": False, "acks": 1, "topic": "t",
         "partition": 0, "bytes": 70, "records": 1, "topic_partitions": None, "max_wait_ms": None,
         "client_software_name": "app", "client_software_version": "1.0", "denials": None,
+        "throttle_time_ms": 0,
     }
     return tuple(values[c] for c in COLUMNS)
 

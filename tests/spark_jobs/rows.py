@@ -53,11 +53,13 @@ def request(
     inventory: dict[str, int] | None = None,
     software: tuple[str, str] | None = None,
     denials: list[tuple[str, str, str, str]] | None = None,
+    throttle_ms: int | None = None,
 ) -> list[dict[str, Any]]:
     """The audit rows of one request (see the module docstring); ``inventory`` (topic →
     partitions) adds a Metadata request's inventory rows; ``software`` is the client's
     (name, version) from its ApiVersions (audit schema v3); ``denials`` the
-    ``(resource type, name, operation, mode)`` its ACLs refused (v3, on the first row)."""
+    ``(resource type, name, operation, mode)`` its ACLs refused (v3, on the first row);
+    ``throttle_ms`` its response's ThrottleTimeMs (v3, on every row)."""
     request_id = next(_ids)
     base: dict[str, Any] = {
         "time": at(time), "sidecar_broker_id": sidecar, "listener": "PLAINTEXT",
@@ -74,6 +76,7 @@ def request(
         "client_software_version": software[1] if software else None,
         "denials": [dict(zip(("resource_type", "resource_name", "operation", "mode"), d, strict=True))
                     for d in denials] if denials else None,
+        "throttle_time_ms": throttle_ms,
     }
     if inventory:
         return [base] + [

@@ -47,6 +47,7 @@ TABLES = {
     "latency_slo": ("latency", "long_polls"),
     "completeness": ("windows",),
     "least_privilege": ("denied", "acls"),
+    "client_throttling": ("throttled", "totals"),
 }
 
 

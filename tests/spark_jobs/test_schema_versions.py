@@ -26,6 +26,7 @@ ROW: dict[str, Any] = {
     "bytes": 400, "records": 4, "topic_partitions": None, "max_wait_ms": 500,
     "client_software_name": "confluent-kafka-python", "client_software_version": "2.16.1-rdkafka-2.16.0",
     "denials": [{"resource_type": "Topic", "resource_name": "orders", "operation": "Read", "mode": "shadow"}],
+    "throttle_time_ms": 300,
 }
 
 
@@ -55,6 +56,7 @@ def test_versions_1_to_3_read_together_with_nulls_for_what_a_file_lacks(spark: S
     assert denials == {1: [], 2: [], 3: [{"resource_type": "Topic", "resource_name": "orders",
                                           "operation": "Read", "mode": "shadow"}]}
     assert rows[1]["denials"] is None and rows[2]["denials"] is None
+    assert {i: rows[i]["throttle_time_ms"] for i in rows} == {1: None, 2: None, 3: 300}
     assert {rows[i]["records"] for i in rows} == {4}  # the columns every version has
 
 
