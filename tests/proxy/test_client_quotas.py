@@ -46,7 +46,7 @@ WARM, MEASURED = 6.0, 30.0
 PASSWORD = "alice-secret"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # one sidecar per test: the long measurements run on different xdist workers at once
 def rig(tansu: TansuServer, zookeeper: ZooKeeperServer,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SidecarServer, str]]:
     work = tmp_path_factory.mktemp("client-quotas")
