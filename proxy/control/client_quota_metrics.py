@@ -20,7 +20,7 @@ counters fold sensors beyond the bound into ``user="(other)", client_id="(other)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -64,13 +64,14 @@ class ThrottleCounters:
 class RateCollector(Collector):
     """``ksidecar_client_quota_byte_rate`` and ``_limit``, read from the sensors at scrape time."""
 
-    def __init__(self, rates: ClientRates, max_series: int) -> None:
+    def __init__(self, rates: ClientRates, max_series: int, clock: Callable[[], int] = now_ms) -> None:
         self.rates = rates
         self.max_series = max_series
+        self._clock = clock
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """The gauges (see the module docstring)."""
-        now = now_ms()
+        now = self._clock()
         rate = GaugeMetricFamily("ksidecar_client_quota_byte_rate", "Bytes per second measured on a client "
                                  "quota's sensor (Kafka's byte-rate), sidecar-wide.", labels=LABELS)
         limit = GaugeMetricFamily("ksidecar_client_quota_limit", "The quota the sensor is held to (bytes per "

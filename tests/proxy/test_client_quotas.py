@@ -14,7 +14,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -46,7 +46,7 @@ WARM, MEASURED = 6.0, 30.0
 PASSWORD = "alice-secret"
 
 
-@pytest.fixture  # one sidecar per test: the long measurements run on different xdist workers at once
+@pytest.fixture
 def rig(tansu: TansuServer, zookeeper: ZooKeeperServer,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SidecarServer, str]]:
     work = tmp_path_factory.mktemp("client-quotas")
@@ -173,11 +173,38 @@ def _entity(parts: list[tuple[str, str | None]]) -> Entity:
     return Entity(user, client)
 
 
-def test_a_scram_producer_over_its_byte_rate_is_held_to_it_and_told_so(rig: tuple[SidecarServer, str]) -> None:
+def test_byte_rates_hold_for_a_producer_a_consumer_and_one_user_across_workers(
+        rig: tuple[SidecarServer, str], tansu: TansuServer) -> None:
+    """Three measurements of 30 s at once on one sidecar, each on its own quota (they are
+    light: a few MiB/s in all), so that the suite spends 40 s on them, not two minutes."""
+    sidecar, connect = rig
+    filled = prefill(sidecar, tansu)  # first: its load would slow the others' start
+    checks = {
+        "a SCRAM producer": lambda: scram_producer(sidecar, connect),
+        "a kafka-python consumer": lambda: kafka_python_consumer(sidecar, connect, filled),
+        "one user's two producers": lambda: one_user_across_workers(sidecar, connect),
+    }
+    failed: dict[str, BaseException] = {}
+
+    def run(name: str, check: Callable[[], None]) -> None:
+        try:
+            check()
+        except BaseException as exc:  # reported below, for the test's thread
+            failed[name] = exc
+
+    threads = [threading.Thread(target=run, args=item) for item in checks.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(180)
+    for name, exc in failed.items():
+        raise AssertionError(f"{name}: {exc}") from exc
+
+
+def scram_producer(sidecar: SidecarServer, connect: str) -> None:
     """alice (SCRAM), client id p1, producer_byte_rate 1 MiB/s, pushing ten times that (its
     queue is kept full): over 30 s the broker takes 1 MiB/s within 10%, librdkafka sees the
     throttle time, and every record is delivered, in order."""
-    sidecar, connect = rig
     topic = trio.run(_topic, sidecar)
     set_quota(connect, Entity("alice", "p1"), PRODUCER_BYTE_RATE, MIB)
     stats: list[dict[str, object]] = []
@@ -234,19 +261,13 @@ def test_a_scram_producer_over_its_byte_rate_is_held_to_it_and_told_so(rig: tupl
     assert 0 < sidecar.sample("ksidecar_client_quota_byte_rate", **labels) < 3 * MIB
 
 
-def test_a_kafka_python_consumer_over_its_byte_rate_is_held_to_it(rig: tuple[SidecarServer, str],
-                                                                  tansu: TansuServer) -> None:
-    """consumer_byte_rate 1 MiB/s for client id kc, on a topic filled beforehand (straight at
-    the broker, in 64 kB batches): a kafka-python consumer fetching a quarter of its quota at
-    a time reads 1 MiB/s within 10% over 30 s. (Answers of 2.4 MB, the filler's 1 MB
-    batches, throttled in steps too coarse for a 30 s window: 1.09 MiB/s.)"""
-    from kafka import KafkaConsumer
-
-    sidecar, connect = rig
+def prefill(sidecar: SidecarServer, tansu: TansuServer) -> str:
+    """A new topic holding more than a consumer may read at 1 MiB/s during the test,
+    written straight to the broker in 64 kB batches."""
     topic = trio.run(_topic, sidecar)
     filler = Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 50, "batch.size": 65536})
     payload = b"z" * 10_000
-    for _ in range(int((WARM + MEASURED + 8) * MIB / len(payload))):  # more than it may read meanwhile
+    for _ in range(int((WARM + MEASURED + 8) * MIB / len(payload))):
         while True:
             try:
                 filler.produce(topic, payload)
@@ -254,6 +275,16 @@ def test_a_kafka_python_consumer_over_its_byte_rate_is_held_to_it(rig: tuple[Sid
             except BufferError:
                 filler.poll(0.05)
     assert filler.flush(60) == 0
+    return topic
+
+
+def kafka_python_consumer(sidecar: SidecarServer, connect: str, topic: str) -> None:
+    """consumer_byte_rate 1 MiB/s for client id kc, on a topic filled beforehand (straight at
+    the broker, in 64 kB batches): a kafka-python consumer fetching a quarter of its quota at
+    a time reads 1 MiB/s within 10% over 30 s. (Answers of 2.4 MB, the filler's 1 MB
+    batches, throttled in steps too coarse for a 30 s window: 1.09 MiB/s.)"""
+    from kafka import KafkaConsumer
+
     set_quota(connect, Entity(None, "kc"), CONSUMER_BYTE_RATE, MIB)
     try:
         consumer = KafkaConsumer(topic, bootstrap_servers=sidecar.bootstrap, client_id="kc",
@@ -299,11 +330,10 @@ def push(bootstrap: str, topic: str, client_id: str, seconds: float, acked: list
     producer.flush(30)
 
 
-def test_a_user_quota_holds_for_the_sidecar_across_its_workers(rig: tuple[SidecarServer, str]) -> None:
+def one_user_across_workers(sidecar: SidecarServer, connect: str) -> None:
     """Two producers of one user (unauthenticated: ANONYMOUS), client ids a1 and a2, share
     the user's producer_byte_rate of 1 MiB/s, whichever worker serves each: together they get
     1 MiB/s within 10%, not one each."""
-    sidecar, connect = rig
     topic = trio.run(_topic, sidecar)
     set_quota(connect, Entity("ANONYMOUS", None), PRODUCER_BYTE_RATE, MIB)
     try:
