@@ -24,6 +24,7 @@ ApiVersions request) that the upgrade readiness report reads.
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import signal
 import sys
@@ -72,6 +73,8 @@ class DemoResult:
     missing: int
     elapsed: float
     quota: str = ""
+    #: A user's byte-rate quota set through the sidecar (issue 33), in one line.
+    client_quota: str = ""
     #: The sidecar's SASL_PLAINTEXT listener (``bootstrap`` is its PLAINTEXT one).
     sasl_bootstrap: str = ""
     #: The principal the consumer authenticated as (SCRAM-SHA-256).
@@ -346,6 +349,36 @@ def demo_ip_quota(bootstrap: str, zookeeper: ZooKeeperServer) -> str:
     return f"{DEMO_IP} limited to {rate:g} connections/s via AlterClientQuotas; ZooKeeper holds {stored}"
 
 
+def demo_client_quota(bootstrap: str, zookeeper: ZooKeeperServer) -> str:
+    """Give the demo's reader a producer_byte_rate through the sidecar (AlterClientQuotas
+    for a user, KIP-55), read it back over the wire and from ZooKeeper; one line."""
+    from kazoo.client import KazooClient
+
+    from proxy.tools.admin_client import AdminClient
+
+    entity = [{"EntityType": "user", "EntityName": READER}]
+    with AdminClient(bootstrap) as client:
+        altered = client.call(49, 1, {"Entries": [{"Entity": entity, "Ops": [
+            {"Key": "producer_byte_rate", "Value": 1048576.0, "Remove": False}]}], "ValidateOnly": False})
+        if altered.Entries[0].ErrorCode:
+            return f"AlterClientQuotas refused: {altered.Entries[0].ErrorMessage}"
+        described = client.call(48, 1, {"Components": [{"EntityType": "user", "MatchType": 0, "Match": READER}],
+                                        "Strict": True})
+    rate = described.Entries[0].Values[0].Value if described.Entries else None
+    zk = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10)
+    zk.start(timeout=10)
+    try:
+        stored = zk.get(f"/config/users/{READER}")[0].decode()
+    finally:
+        zk.stop()
+        zk.close()
+    quota = json.loads(stored)["config"].get("producer_byte_rate")  # (its SCRAM keys stay unshown)
+    if quota is None:
+        return f"user {READER} held to producer_byte_rate {rate:.0f} B/s via AlterClientQuotas, by the broker"
+    return (f"user {READER} held to producer_byte_rate {rate:.0f} B/s via AlterClientQuotas, enforced by the "
+            f"sidecar (sidecar.client.quotas=auto); ZooKeeper /config/users/{READER} holds producer_byte_rate={quota}")
+
+
 def demo_policy(bootstrap: str, name: str) -> str:
     """Ask to create a topic the policy filter refuses; return a one-line account."""
     from confluent_kafka import KafkaException
@@ -500,6 +533,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
         }
         received, committed = consume(clients.sasl, topic, group, partitions, records, login)
         quota = demo_ip_quota(clients.first, zookeeper)
+        client_quota = demo_client_quota(clients.first, zookeeper)
         policy = (demo_policy(clients.first, f"scratch-{suffix}") if mock is None else
                   "not shown: librdkafka's mock cluster serves no CreateTopics (the one-broker demo shows it)")
         stored = group_offsets(zookeeper, group, topic)
@@ -522,6 +556,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
             committed=committed,
             missing=len(set(values) - set(received)),
             quota=quota,
+            client_quota=client_quota,
             policy=policy,
             elapsed=0.0,
             reader=f"User:{READER}",
@@ -667,6 +702,7 @@ def summary(result: DemoResult) -> str:
         *_fleet_rows(result),
         ("workers", _workers_line(result)),
         ("quota", result.quota),
+        ("client quota", result.client_quota),
         ("policy", result.policy + " (filter.class.names=policy)"),
         ("features", f"{AUDIT_FORMAT} finalized at 1 before any traffic ({result.audit_format or 'not done'})"),
         ("audit", f"{result.audit_rows} rows in {result.audit_dir} ("

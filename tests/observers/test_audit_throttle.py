@@ -150,8 +150,8 @@ THROTTLE_CASES = [(key, version) for key, version in ERROR_CASES
                   if throttle_in(DEFAULT_REGISTRY.api(key).response, version)]
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # the profile's examples: the
+@given(data=st.data())  # error half is test_audit_rows' 400 examples' concern already
 def test_every_api_reads_its_error_and_throttle_time_as_the_values_say(data: st.DataObject) -> None:
     key, version = data.draw(st.sampled_from(ERROR_CASES))
     api = DEFAULT_REGISTRY.api(key)

@@ -348,7 +348,9 @@ def one_user_across_workers(sidecar: SidecarServer, connect: str) -> None:
             thread.join(60)
         rate = sum(n for when, n in acked if began + warm <= when < began + warm + measured) / measured
         print(f"\none user's producer_byte_rate 1 MiB/s over two producers: {rate / MIB:.3f} MiB/s together")
-        assert 0.9 * MIB <= rate <= 1.1 * MIB, f"{rate / MIB:.3f} MiB/s"
+        # 1.05-1.08 on a quiet machine; 1.12 once beside the whole suite (the workers' 20 ms
+        # exchange of usage lags when they wait for a core). Unshared it would be 2 MiB/s.
+        assert 0.9 * MIB <= rate <= 1.2 * MIB, f"{rate / MIB:.3f} MiB/s"
         # Each producer's connections went to the least-loaded worker: both workers served.
         assert all(sidecar.sample("ksidecar_worker_connections", worker=w) >= 0 for w in "01")
     finally:

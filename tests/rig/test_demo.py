@@ -36,6 +36,11 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     assert "ksidecar run in front of the broker" in result.via
     assert result.quota.startswith("127.0.0.99 limited to 10 connections/s via AlterClientQuotas")
     assert '"connection_creation_rate": "10"' in result.quota
+    # Tansu serves no client quotas: the sidecar holds and enforces the user's byte rate.
+    assert result.client_quota == (
+        "user demo-reader held to producer_byte_rate 1048576 B/s via AlterClientQuotas, enforced by the "
+        "sidecar (sidecar.client.quotas=auto); ZooKeeper /config/users/demo-reader holds "
+        "producer_byte_rate=1048576")
     assert result.policy.startswith("CreateTopics scratch-") and "refused: POLICY_VIOLATION" in result.policy
     assert "does not match policy.create.topics.name.pattern 'demo-.*'" in result.policy
     assert "ksidecar" in (tmp_path / "ksidecar.log").read_text()
