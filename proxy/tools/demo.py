@@ -324,7 +324,6 @@ DEMO_IP = "127.0.0.99"
 def demo_ip_quota(bootstrap: str, zookeeper: ZooKeeperServer) -> str:
     """Set a per-IP connection quota through the sidecar (AlterClientQuotas, KIP-612) and
     read it back over the wire and from ZooKeeper; return a one-line account."""
-    from kazoo.client import KazooClient
 
     from proxy.tools.admin_client import AdminClient
 
@@ -339,20 +338,13 @@ def demo_ip_quota(bootstrap: str, zookeeper: ZooKeeperServer) -> str:
         described = client.call(48, 1, {"Components": [{"EntityType": "ip", "MatchType": 0, "Match": DEMO_IP}],
                                         "Strict": False})
     rate = described.Entries[0].Values[0].Value if described.Entries else None
-    zk = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10)
-    zk.start(timeout=10)
-    try:
-        stored = zk.get(f"/config/ips/{DEMO_IP}")[0].decode()
-    finally:
-        zk.stop()
-        zk.close()
+    stored = _znode(zookeeper, f"/config/ips/{DEMO_IP}")
     return f"{DEMO_IP} limited to {rate:g} connections/s via AlterClientQuotas; ZooKeeper holds {stored}"
 
 
 def demo_client_quota(bootstrap: str, zookeeper: ZooKeeperServer) -> str:
     """Give the demo's reader a producer_byte_rate through the sidecar (AlterClientQuotas
     for a user, KIP-55), read it back over the wire and from ZooKeeper; one line."""
-    from kazoo.client import KazooClient
 
     from proxy.tools.admin_client import AdminClient
 
@@ -365,18 +357,24 @@ def demo_client_quota(bootstrap: str, zookeeper: ZooKeeperServer) -> str:
         described = client.call(48, 1, {"Components": [{"EntityType": "user", "MatchType": 0, "Match": READER}],
                                         "Strict": True})
     rate = described.Entries[0].Values[0].Value if described.Entries else None
-    zk = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10)
-    zk.start(timeout=10)
-    try:
-        stored = zk.get(f"/config/users/{READER}")[0].decode()
-    finally:
-        zk.stop()
-        zk.close()
-    quota = json.loads(stored)["config"].get("producer_byte_rate")  # (its SCRAM keys stay unshown)
+    quota = json.loads(_znode(zookeeper, f"/config/users/{READER}"))["config"].get("producer_byte_rate")  # (its SCRAM keys stay unshown)
     if quota is None:
         return f"user {READER} held to producer_byte_rate {rate:.0f} B/s via AlterClientQuotas, by the broker"
     return (f"user {READER} held to producer_byte_rate {rate:.0f} B/s via AlterClientQuotas, enforced by the "
             f"sidecar (sidecar.client.quotas=auto); ZooKeeper /config/users/{READER} holds producer_byte_rate={quota}")
+
+
+def _znode(zookeeper: ZooKeeperServer, path: str) -> str:
+    """The text of one znode under the demo's chroot."""
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=zookeeper.connect_string(CHROOT), timeout=10)
+    zk.start(timeout=10)
+    try:
+        return str(zk.get(path)[0].decode())
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def demo_policy(bootstrap: str, name: str) -> str:

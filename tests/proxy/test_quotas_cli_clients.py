@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 from functools import partial
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +19,6 @@ from typing import Any
 import pytest
 import trio
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
-from kazoo.client import KazooClient
 
 from protocol.apis import DEFAULT_REGISTRY
 from protocol.schema import encode
@@ -30,6 +28,7 @@ from proxy.tools.quotas_cli import Part
 from proxy.tools.rig.tansu import TansuServer
 from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
+from tests.proxy.test_quota_admin import read_znode
 
 NOWHERE = "127.0.0.1:9"  # never reached: these commands stop at their usage
 
@@ -301,18 +300,6 @@ def test_deleting_a_key_the_entity_lacks_is_refused_before_altering(
     assert run_with(fake, monkeypatch, "alter", "--ip", "10.0.0.1", "--delete-config", "connection_creation_rate") == 0
     assert capsys.readouterr().out == "Completed updating config for ip '10.0.0.1'.\n"
     assert [call[0] for call in fake.calls] == [49]
-
-
-def read_znode(connect: str, path: str) -> dict[str, object] | None:
-    zk = KazooClient(hosts=connect, timeout=10)
-    zk.start(timeout=10)
-    try:
-        if not zk.exists(path):
-            return None
-        return json.loads(zk.get(path)[0])  # type: ignore[no-any-return]
-    finally:
-        zk.stop()
-        zk.close()
 
 
 @pytest.mark.integration
