@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from proxy.datapath.client_quota import now_ms
+from proxy.control.acceptor import now_ms
 from quotas.client_rates import ClientRates, SensorKey
 from quotas.clients import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 

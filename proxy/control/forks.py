@@ -43,6 +43,7 @@ from typing import Any
 import trio
 
 from proxy.config import SidecarConfig
+from proxy.control.handoff import descriptors
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,8 @@ class ForkServer:
         self.pid = pid
         self._socket = trio.socket.from_stdlib_socket(sock)
         self._starting = trio.Lock()
-        self._started: trio.MemorySendChannel[int]
-        self._started, self._started_pids = trio.open_memory_channel[int](1)
+        self._started: trio.MemorySendChannel[WorkerProcess]
+        self._started, self._started_processes = trio.open_memory_channel[WorkerProcess](1)
         self._processes: dict[int, WorkerProcess] = {}
         self._closing = False
 
@@ -140,13 +141,14 @@ class ForkServer:
             if not data:
                 break
             message = json.loads(data)
-            if message["op"] == "started":
-                await self._started.send(int(message["pid"]))
+            if message["op"] == "started":  # known before its "exited" is read, however soon
+                process = self._processes[int(message["pid"])] = WorkerProcess(int(message["pid"]))
+                await self._started.send(process)
             elif message["op"] == "exited":
-                process = self._processes.pop(int(message["pid"]), None)
-                if process is not None:
-                    process.exitcode = int(message["code"])
-                    process.status_known.set()
+                exited = self._processes.pop(int(message["pid"]), None)
+                if exited is not None:
+                    exited.exitcode = int(message["code"])
+                    exited.status_known.set()
         status = await trio.to_thread.run_sync(_collect, self.pid)
         raise ForkServerGone(f"the worker fork server (pid {self.pid}) exited ({status}): no worker can be "
                              "started again, so the sidecar stops; restart it")
@@ -159,9 +161,7 @@ class ForkServer:
         fds = array.array("i", [channel.fileno(), calls.fileno()])
         async with self._starting:  # one start at a time: the answers come in order
             await self._socket.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
-            pid = await self._started_pids.receive()
-            process = self._processes[pid] = WorkerProcess(pid)
-        return process
+            return await self._started_processes.receive()
 
     async def close(self) -> None:
         """Close the supervisor's end (the fork server exits) and collect its status."""
@@ -202,7 +202,7 @@ def _serve_forks(sock: socket.socket, config: SidecarConfig) -> None:  # pragma:
             for key, _ in selector.select():
                 if key.data is None:
                     data, ancillary, _, _ = sock.recvmsg(MAX_DATAGRAM, _TWO_FDS)
-                    fds = _descriptors(ancillary)
+                    fds = descriptors(ancillary)
                     if not data:
                         return  # the supervisor is gone
                     message: dict[str, Any] = json.loads(data)
@@ -221,14 +221,6 @@ def _serve_forks(sock: socket.socket, config: SidecarConfig) -> None:  # pragma:
                     _, status = os.waitpid(key.data, 0)
                     code = os.waitstatus_to_exitcode(status)
                     sock.send(json.dumps({"op": "exited", "pid": key.data, "code": code}).encode())
-
-
-def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:  # pragma: no cover (a forked process)
-    fds = array.array("i")
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    return list(fds)
 
 
 def _worker(config: SidecarConfig, message: dict[str, Any], fds: list[int]) -> int:  # pragma: no cover

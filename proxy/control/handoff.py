@@ -70,15 +70,19 @@ async def send(sock: trio.socket.SocketType, message: dict[str, Any], fd: int | 
         await sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
 
 
+def descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The file descriptors a ``recvmsg`` received (``SCM_RIGHTS``), in order."""
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    return list(fds)
+
+
 async def receive(sock: trio.socket.SocketType) -> tuple[dict[str, Any], int | None] | None:
     """The next message and the descriptor it carried, or ``None`` once the peer is gone."""
     data, ancillary, _, _ = await sock.recvmsg(MAX_DATAGRAM, _FD_SPACE)
-    fds: list[int] = []
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            received = array.array("i")
-            received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
-            fds.extend(received)
+    fds = descriptors(ancillary)
     if not data and not fds:
         return None
     try:

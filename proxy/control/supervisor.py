@@ -46,6 +46,7 @@ from prometheus_client.registry import Collector
 
 from proxy.config import HostPort, SidecarConfig
 from proxy.control import handoff
+from proxy.control.acceptor import now_ms
 from proxy.control.calls import serve_calls
 from proxy.control.forks import ForkServer, WorkerProcess
 from proxy.control.http import serve_http
@@ -274,7 +275,7 @@ class Supervisor:
                 worker.flushed.set()
             elif op == "usage":
                 # The sidecar-wide rates, for /metrics.
-                self.sidecar.client_quotas.rates.add_usage_entries(message["usage"], int(trio.current_time() * 1000))
+                self.sidecar.client_quotas.rates.add_usage_entries(message["usage"], now_ms())
                 for other in self.workers:
                     if other is not worker and other.ready and other.channel is not None:
                         nursery.start_soon(_pass_on, other.channel, message)  # a slow worker holds up no one

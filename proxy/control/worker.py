@@ -25,6 +25,7 @@ import trio
 
 from proxy.config import HostPort, SidecarConfig
 from proxy.control import handoff
+from proxy.control.acceptor import now_ms
 from proxy.control.calls import OwnerClient
 from proxy.control.garbage import collect_fully_on_a_clock, keep_out_of_collections
 from proxy.control.metrics_page import ENV, enable_multiprocess, flush, flush_on_a_clock
@@ -87,7 +88,7 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
                 elif op == "pong":
                     pass
                 elif op == "usage":
-                    sidecar.client_quotas.rates.add_usage_entries(message["usage"], int(trio.current_time() * 1000))
+                    sidecar.client_quotas.rates.add_usage_entries(message["usage"], now_ms())
                 elif op == "flush":
                     flush()
                     await channel.send({"op": "flushed"})
