@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quotas.clients import EMPTY, ClientQuotas
-from quotas.rate import Average, QuotaSensor, RateConfig
+from quotas.rate import QuotaSensor, RateConfig
 
 #: The throttle of a byte rate is not bounded in Kafka; a sensor's span bounds it here
 #: anyway, a long way from any realistic value (2^31 - 1 ms is the protocol's field).
@@ -39,16 +39,12 @@ UsageKey = tuple[str, str, str]
 
 @dataclass(slots=True)
 class Sensor:
-    """One measured rate with its quota, and the throttle times it gave (Kafka's
-    ``<type>ThrottleTime`` sensor: their mean over the window)."""
+    """One measured rate with its quota (the throttles it gives go to
+    :attr:`ClientRates.on_throttle`, which the metrics count)."""
 
     rate: QuotaSensor
-    throttle: Average
     #: When it last recorded (ms): a sensor idle for a whole span is dropped.
     last_ms: int
-    #: Throttled answers this sensor gave, and the milliseconds they asked for.
-    throttled: int = 0
-    throttled_ms: int = 0
 
 
 class ClientRates:
@@ -85,12 +81,8 @@ class ClientRates:
         usage_key = (key, user, client_id)
         self._usage[usage_key] = self._usage.get(usage_key, 0.0) + amount
         throttle = sensor.rate.record(now_ms, amount)
-        if throttle > 0:
-            sensor.throttled += 1
-            sensor.throttled_ms += throttle
-            sensor.throttle.record(throttle, now_ms)
-            if self.on_throttle is not None:
-                self.on_throttle(sensor_key, throttle)
+        if throttle > 0 and self.on_throttle is not None:
+            self.on_throttle(sensor_key, throttle)
         return throttle
 
     def take_usage(self) -> dict[UsageKey, float]:
@@ -120,8 +112,7 @@ class ClientRates:
         if sensor is None:
             if now_ms - self._swept_ms >= self.config.span_ms:
                 self._sweep(now_ms)
-            sensor = self._sensors[sensor_key] = Sensor(
-                QuotaSensor(self.config, quota, MAX_THROTTLE_MS), Average(self.config), now_ms)
+            sensor = self._sensors[sensor_key] = Sensor(QuotaSensor(self.config, quota, MAX_THROTTLE_MS), now_ms)
         else:
             sensor.rate.quota = quota  # the quota may have changed since
         sensor.last_ms = now_ms

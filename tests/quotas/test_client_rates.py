@@ -74,13 +74,14 @@ def test_another_process_usage_counts_without_being_judged_here() -> None:
     assert [k for k, _ in two.sensors(0)] == [(PRODUCER_BYTE_RATE, "alice", "p1")]
 
 
-def test_throttles_are_counted_and_averaged_on_their_sensor() -> None:
+def test_every_throttle_is_told_with_its_sensor() -> None:
     r = rates({Entity("alice", "p1"): {PRODUCER_BYTE_RATE: 1000}})
+    told: list[tuple[tuple[str, str, str], int]] = []
+    r.on_throttle = lambda sensor, ms: told.append((sensor, ms))
     r.record(PRODUCER_BYTE_RATE, "alice", "p1", 15000, 0)  # 5,000 ms
     r.record(PRODUCER_BYTE_RATE, "alice", "p1", 1000, 0)  # 1,600 B/s: 6,000 ms
-    (_, sensor), = r.sensors(0)
-    assert (sensor.throttled, sensor.throttled_ms) == (2, 11000)
-    assert sensor.throttle.measure(0) == 5500
+    assert told == [((PRODUCER_BYTE_RATE, "alice", "p1"), 5000), ((PRODUCER_BYTE_RATE, "alice", "p1"), 6000)]
+    assert (len(told), sum(ms for _, ms in told)) == (2, 11000)
 
 
 def test_a_sensor_idle_for_a_whole_span_is_dropped() -> None:
