@@ -461,9 +461,10 @@ class Dispatch:
         self._by_key: dict[int, tuple[RequestFilter, ...]] = {}
         #: The response filters, in order: broker addresses first, then the ACL patch, then
         #: client-quota throttles (``throttles``: a request filter gives requests one).
+        self._throttle_patch = ThrottlePatch(registry, leniency) if throttles else None
         self.response_filters: tuple[ResponseFilter, ...] = (
             AddressRewrite(router), *((AclPatch(authorization),) if authorization is not None else ()),
-            *((ThrottlePatch(registry, leniency),) if throttles else ()))
+            *((self._throttle_patch,) if self._throttle_patch is not None else ()))
         self._responses_by_key: dict[int, tuple[ResponseFilter, ...]] = {}
 
     def chain(self, api_key: int) -> tuple[RequestFilter, ...]:
@@ -631,12 +632,11 @@ class Dispatch:
 
     def throttled(self, header: RequestHeader, header_version: int, frame: bytes, throttle: Throttle) -> bytes:
         """``frame`` with the client-quota throttle applied (after a patch in slices)."""
-        for link in self.response_filters:
-            if isinstance(link, ThrottlePatch):
-                done = link.on_response(Response(header=header, header_version=header_version, frame=frame,
-                                                 throttle=throttle))
-                return frame if done is None else bytes(done.frame)
-        return frame
+        if self._throttle_patch is None:
+            return frame
+        done = self._throttle_patch.on_response(Response(header=header, header_version=header_version, frame=frame,
+                                                         throttle=throttle))
+        return frame if done is None else bytes(done.frame)
 
     async def patch_in_slices(self, patch: Patch, header: RequestHeader, header_version: int,
                               data: bytes) -> bytes | Close:
