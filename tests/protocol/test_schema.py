@@ -19,7 +19,14 @@ from protocol.errors import (
     UnsupportedVersion,
 )
 from protocol.messages import extensions
-from protocol.schema import decode, decode_prefix, encode, field_default, message_construct
+from protocol.schema import (
+    decode,
+    decode_interpreted,
+    decode_prefix,
+    encode,
+    field_default,
+    message_construct,
+)
 from protocol.spec import FieldSpec, MessageSpec, Versions
 from tests.protocol.strategies import all_schemas, message_values, plain
 
@@ -39,6 +46,9 @@ def test_whole_cut_and_padded(spec: MessageSpec, version: int, data: st.DataObje
     for cut in range(len(wire)):
         with pytest.raises(Truncated):
             decode(spec, version, wire[:cut])
+    if wire:  # the interpreted parser (the compiled one's reference) says the same
+        with pytest.raises(Truncated):
+            decode_interpreted(spec, version, wire[: len(wire) // 2])
     with pytest.raises(TrailingBytes) as info:
         decode(spec, version, wire + b"\x00\x01")
     assert info.value.extra == 2
