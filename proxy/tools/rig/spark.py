@@ -59,6 +59,7 @@ SPARK_CONF: dict[str, str] = {
     # Otherwise a partition directory `hour=05` is read back as the integer 5.
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     "spark.driver.memory": "1g",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 """Settings for every test and demo session, on top of `local[2]`."""
 
