@@ -8,7 +8,7 @@
 
 ``user`` and ``client_id`` are Kafka's sensor tags (:mod:`quotas.client_rates`): a quota on
 a user alone is one series with an empty ``client_id``. ``quota_type`` is Kafka's quota type
-(``Produce``, ``Fetch``).
+(``Produce``, ``Fetch``; the throttle counters also ``ControllerMutation``).
 
 The gauges are read from a process's sensors at scrape time: a single process's own, or,
 with workers, the supervisor's, which every worker's usage reaches (the sidecar's whole
@@ -28,10 +28,11 @@ from prometheus_client.registry import Collector
 
 from proxy.control.acceptor import now_ms
 from quotas.client_rates import ClientRates, SensorKey
-from quotas.clients import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
+from quotas.clients import CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE
 
 #: Kafka's quota type of each quota key.
-QUOTA_TYPES = {PRODUCER_BYTE_RATE: "Produce", CONSUMER_BYTE_RATE: "Fetch"}
+QUOTA_TYPES = {PRODUCER_BYTE_RATE: "Produce", CONSUMER_BYTE_RATE: "Fetch",
+               CONTROLLER_MUTATION_RATE: "ControllerMutation"}
 OTHER = "(other)"
 LABELS = ["quota_type", "user", "client_id"]
 

@@ -23,7 +23,7 @@ from proxy.control.zk import ZooKeeper
 from quotas.admin import ClientWrite
 from quotas.client_rates import ClientRates
 from quotas.client_store import ClientQuotaStore
-from quotas.clients import CONTROLLER_MUTATION_RATE, EMPTY, REQUEST_PERCENTAGE, ClientQuotas
+from quotas.clients import EMPTY, REQUEST_PERCENTAGE, ClientQuotas
 from quotas.rate import RateConfig
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,6 @@ REFUSED: Mapping[str, str] = {
     REQUEST_PERCENTAGE: "request_percentage is not enforced by the sidecar: it is a share of the "
                         "broker's request-handler and network threads, which a sidecar does not have; "
                         "set it where the broker enforces quotas (sidecar.client.quotas=broker)",
-    CONTROLLER_MUTATION_RATE: "controller_mutation_rate is not enforced by this sidecar yet "
-                              "(docs/operations.md, \"Client quotas\")",
 }
 
 

@@ -66,11 +66,12 @@ from proxy.datapath.addressing import (
 from proxy.datapath.authorize import Authorization
 from proxy.datapath.client_quota import ClientQuotaFilter
 from proxy.datapath.connection import Connection, Parts
-from proxy.datapath.dispatch import Dispatch, Gate
+from proxy.datapath.dispatch import Dispatch, Gate, RequestFilter
 from proxy.datapath.filters import FilterMetrics, load_filters
 from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import SidecarMetrics
+from proxy.datapath.mutation_quota import MutationQuotaFilter
 from proxy.datapath.rewrite import SITES, Rewriter
 from proxy.datapath.routing import Router
 from proxy.local.api import Context
@@ -399,10 +400,14 @@ class Sidecar:
         return parts
 
     @property
-    def _quota_filters(self) -> tuple[ClientQuotaFilter, ...]:
-        """The client-quota filter, where this sidecar may enforce client quotas."""
+    def _quota_filters(self) -> tuple[RequestFilter, ...]:
+        """The client-quota filters (byte rates, topic mutations), where this sidecar may
+        enforce client quotas."""
         quotas = self.client_quotas
-        return () if quotas.store is None or quotas.mode == BROKER else (ClientQuotaFilter(quotas.rates),)
+        if quotas.store is None or quotas.mode == BROKER:
+            return ()
+        return (ClientQuotaFilter(quotas.rates),
+                MutationQuotaFilter(quotas.rates, self.registry, self.upstream.topics, self.leniency))
 
     def _unmapped(self, api_name: str, node_id: int) -> None:
         self.log_unmapped(api_name, node_id)

@@ -485,6 +485,8 @@ class Connection:
                           decision.throttle)
         elif isinstance(decision, Answer):
             api.requests(header.api_version, decision.outcome).inc()
+            if decision.throttle is not None and decision.throttle.ms > 0:  # refused by a quota: the next waits
+                self._mute(now, decision.throttle.ms)
             await self._local(decision.answer, record, api, frame, now, parts, decision.denials)
         elif isinstance(decision, Close):
             if decision.outcome is not None:

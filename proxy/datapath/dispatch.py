@@ -176,6 +176,8 @@ class Answer:
     denials: Denials = ()
     #: A raw SASL token's answer (no Kafka header on either side).
     raw_token: bool = False
+    #: A client-quota throttle: the connection is not read for its time after this answer.
+    throttle: Throttle | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ class SidecarMetrics:
         r = self.registry
         self.requests = Counter(
             "ksidecar_requests", "Requests from clients by API, version and outcome "
-            "(forwarded, local, unsupported, rejected; refused: answered with an ACL error).",
+            "(forwarded, local, unsupported, rejected; refused: answered with an ACL or quota error).",
             ["api", "version", "outcome"], registry=r)
         self.unparsed = Counter(
             "ksidecar_unparsed_requests", "Requests the broker serves but the sidecar cannot parse "

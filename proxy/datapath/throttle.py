@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from protocol.apis import ApiRegistry
 from protocol.headers import RequestHeader
@@ -38,6 +38,10 @@ class Throttle:
     #: Measures the answer (its size in bytes, after the size prefix) and says the throttle
     #: it asks (``consumer_byte_rate``), or ``None`` when only the request was measured.
     measure_answer: Callable[[int], int] | None = None
+    #: Applied to the broker's decoded answer (``controller_mutation_rate``: tokens of the
+    #: topics the broker refused given back, the topics the quota refused answered), or
+    #: ``None``.
+    settle: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 class ThrottledAnswer(Protocol):
@@ -89,20 +93,20 @@ class ThrottlePatch:
             return None
         if throttle.measure_answer is not None:
             throttle.ms = max(throttle.ms, throttle.measure_answer(len(response.frame) - 4))
-        if throttle.ms <= 0:
+        if throttle.ms <= 0 and throttle.settle is None:
             return None
         header = response.header
         patched = self.patched(header.api_key, header.api_version, response.header_version, response.frame,
-                               throttle.ms)
+                               throttle.ms, throttle.settle)
         return None if patched is None else response.with_frame(patched)
 
     def patched(self, api_key: int, version: int, header_version: int, frame: bytes | memoryview,
-                ms: int) -> bytes | None:
-        """``frame`` (size prefix included) with its ``ThrottleTimeMs`` raised to ``ms``, or
-        ``None`` when it has none or is not lower."""
+                ms: int, settle: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> bytes | None:
+        """``frame`` (size prefix included) with its ``ThrottleTimeMs`` raised to ``ms`` and
+        ``settle`` applied to its body, or ``None`` when nothing changes."""
         view = memoryview(frame)
         head = 4 + response_header_size(view[4:], header_version)
-        if api_key == FETCH and version >= 1:  # the body's first field: no need to decode the records
+        if api_key == FETCH and version >= 1 and settle is None:  # the body's first field: no need to decode the records
             (broker,) = _INT32.unpack_from(view, head)
             if broker >= ms:
                 return None
@@ -110,12 +114,16 @@ class ThrottlePatch:
             _INT32.pack_into(data, head, ms)
             return bytes(data)
         api = self._registry.api(api_key)
-        if not any(f.name == THROTTLE_FIELD and version in f.versions for f in api.response.fields):
+        has_field = any(f.name == THROTTLE_FIELD and version in f.versions for f in api.response.fields)
+        if not has_field and settle is None:
             return None
         value, trailing = self._leniency.response(api, version, view[head:])
-        if value[THROTTLE_FIELD] >= ms:
+        if settle is None and value[THROTTLE_FIELD] >= ms:
             return None
         body = dict(value)
-        body[THROTTLE_FIELD] = ms
+        if settle is not None:
+            body = settle(body)
+        if has_field:
+            body[THROTTLE_FIELD] = max(body[THROTTLE_FIELD], ms)
         encoded = encode(api.response, version, body) + trailing
         return _INT32.pack(head - 4 + len(encoded)) + bytes(view[4:head]) + encoded

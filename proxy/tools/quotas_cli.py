@@ -13,8 +13,8 @@ type without a name matches every entity of that type, the default included; des
 no entity lists every quota the sidecar answers with.
 
 User and client-id quotas take ``producer_byte_rate``, ``consumer_byte_rate``,
-``request_percentage`` and ``controller_mutation_rate`` (the sidecar refuses the last two
-with its reason); an IP takes ``connection_creation_rate``. Requests are
+``controller_mutation_rate`` and ``request_percentage`` (which the sidecar refuses with its
+reason); an IP takes ``connection_creation_rate``. Requests are
 DescribeClientQuotas (48) and AlterClientQuotas (49) v1. Exit codes: 0 done, 1 refused by
 the sidecar (its message is printed) or unreachable, 2 bad usage (the message names the
 option).

@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 import trio
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.admin import KafkaAdminClient
+from kafka.errors import NodeNotReadyError
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
     AlterClientQuotasResponse,
@@ -34,7 +37,13 @@ from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
 from proxy.tools.rig.tansu import TansuServer
 from proxy.tools.rig.zookeeper import ZooKeeperServer
 from quotas.client_store import ClientQuotaStore
-from quotas.clients import CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_RATE, Entity
+from quotas.clients import (
+    CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
+    DEFAULT,
+    PRODUCER_BYTE_RATE,
+    Entity,
+)
 from tests.bench.kafka import record_batch
 from tests.proxy.wire import Wire, call_kp, create_topic, kp_decode, request_frame
 
@@ -356,3 +365,153 @@ def one_user_across_workers(sidecar: SidecarServer, connect: str) -> None:
     finally:
         set_quota(connect, Entity("ANONYMOUS", None), PRODUCER_BYTE_RATE, None)
 
+
+
+def test_controller_mutation_rate_throttles_a_burst_of_topic_creations(rig: tuple[SidecarServer, str]) -> None:
+    """controller_mutation_rate=2 for client ids m1 and m2, set over the wire
+    (AlterClientQuotas; it binds at the other worker through ZooKeeper's watch). Two clients
+    at once, each creating 20 one-partition topics in a burst and retrying what
+    THROTTLING_QUOTA_EXCEEDED refuses, as a client would: a confluent-kafka AdminClient
+    (librdkafka asks CreateTopics v4: permissive, one answer throttled and the connection
+    muted) and kafka-python's admin client (v7: strict, refusals and retries). Each bucket
+    holds 3 × 1 s × 2 = 6 tokens: 14 partitions are owed at 2 a second, so the quota costs
+    each client about 7 s either way, and every topic is created in the end."""
+    sidecar, connect = rig
+
+    async def alter() -> Any:
+        wire = await Wire.connect(sidecar.host, sidecar.port)
+        try:
+            return await call_kp(wire, Alter[1](entries=[
+                alter_entry([("client-id", client)], CONTROLLER_MUTATION_RATE, 2) for client in ("m1", "m2")],
+                validate_only=False), AlterClientQuotasResponse, 49, 1, 5)
+        finally:
+            await wire.aclose()
+
+    altered = trio.run(alter)
+    assert [(e.error_code, e.error_message) for e in altered.entries] == [(0, None)] * 2
+    time.sleep(1.0)  # the other worker's watch (within 1 s)
+    outcomes: dict[str, tuple[float, int, int]] = {}
+    outcomes_names: dict[str, list[str]] = {}
+    failed: dict[str, BaseException] = {}
+
+    def run(client: str, clients: tuple[Create, Listed]) -> None:
+        try:
+            took, attempts, refused, outcomes_names[client] = burst(client, *clients)
+            outcomes[client] = (took, attempts, refused)
+        except BaseException as exc:  # reported below, for the test's thread
+            failed[client] = exc
+
+    try:
+        threads = [threading.Thread(target=run, args=("m1", confluent_creator(sidecar))),
+                   threading.Thread(target=run, args=("m2", kafka_python_creator(sidecar)))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for client, exc in failed.items():
+            raise AssertionError(f"{client}: {exc}") from exc
+        for client, (took, attempts, refused) in outcomes.items():
+            print(f"\ncontroller_mutation_rate 2/s, {client}: 20 topics in {took:.1f} s, {attempts} attempts, "
+                  f"{refused} refusals")
+            assert 6.0 <= took < 15.0, f"{client}: {took:.1f} s"  # 14 tokens owed at 2 a second
+            labels = {"quota_type": "ControllerMutation", "user": "", "client_id": client}
+            assert sidecar.sample("ksidecar_client_quota_throttled_total", **labels) >= 1
+        assert outcomes["m1"][1] == 1 and outcomes["m1"][2] == 0  # v4, permissive: all at once, throttled
+        assert outcomes["m2"][2] > 0 and outcomes["m2"][1] > 1  # v7, strict: refused, retried
+
+        # Deletions cost the partitions the broker says the topics have (read with Metadata
+        # first): m1's bucket is about empty, so deleting 10 throttles again.
+        labels = {"quota_type": "ControllerMutation", "user": "", "client_id": "m1"}
+        before = sidecar.sample("ksidecar_client_quota_throttled_total", **labels)
+        doomed = outcomes_names["m1"][:10]
+        deleter = AdminClient({"bootstrap.servers": sidecar.bootstrap, "client.id": "m1"})  # kept: its futures
+        for future in deleter.delete_topics(doomed, request_timeout=30).values():
+            future.result()
+        assert sidecar.sample("ksidecar_client_quota_throttled_total", **labels) > before
+        left = set(AdminClient({"bootstrap.servers": sidecar.bootstrap}).list_topics(timeout=20).topics)
+        assert not set(doomed) & left
+    finally:
+        for client in ("m1", "m2"):
+            set_quota(connect, Entity(None, client), CONTROLLER_MUTATION_RATE, None)
+
+
+Create = Callable[[list[str]], list[str]]
+"""Creates topics; returns those refused with THROTTLING_QUOTA_EXCEEDED."""
+Listed = Callable[[], set[str]]
+"""The topics the broker has, asked with Metadata on the same client (its connection)."""
+
+
+def burst(client: str, create: Create, listed: Listed) -> tuple[float, int, int, list[str]]:
+    """Create 20 topics, retrying those refused with THROTTLING_QUOTA_EXCEEDED, then ask the
+    broker for them on the same client (a throttled connection answers it only after the
+    throttle): ``(seconds, attempts, refusals, the topics)``."""
+    names = [f"mq-{client}-{uuid.uuid4().hex[:6]}-{i}" for i in range(20)]
+    refused = attempts = 0
+    pending = list(names)
+    began = time.monotonic()
+    while pending and time.monotonic() - began < 30:
+        attempts += 1
+        pending = create(pending)
+        refused += len(pending)
+        if pending:
+            time.sleep(0.2)  # the throttle mutes the connection: the next request waits anyway
+    assert not pending, pending
+    found = listed()
+    took = time.monotonic() - began
+    assert set(names) <= found, sorted(set(names) - found)
+    return took, attempts, refused, names
+
+
+def confluent_creator(sidecar: SidecarServer) -> tuple[Create, Listed]:
+    """One confluent-kafka AdminClient (client id m1)."""
+    admin = AdminClient({"bootstrap.servers": sidecar.bootstrap, "client.id": "m1"})
+
+    def create(names: list[str]) -> list[str]:
+        futures = admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in names],
+                                      request_timeout=30)
+        retry = []
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code == KafkaError.THROTTLING_QUOTA_EXCEEDED:
+                    retry.append(name)
+                elif code != KafkaError.TOPIC_ALREADY_EXISTS:  # a retry of one that was made
+                    raise
+        return retry
+
+    def listed() -> set[str]:
+        return set(admin.list_topics(timeout=30).topics)
+
+    return create, listed
+
+
+def kafka_python_creator(sidecar: SidecarServer) -> tuple[Create, Listed]:
+    """One kafka-python admin client (client id m2)."""
+    admin = KafkaAdminClient(bootstrap_servers=sidecar.bootstrap, client_id="m2")
+
+    def create(names: list[str]) -> list[str]:
+        while True:
+            try:
+                answer = admin.create_topics({n: {"num_partitions": 1, "replication_factor": 1} for n in names},
+                                             timeout_ms=30000, raise_errors=False)
+                break
+            except NodeNotReadyError:  # kafka-python keeps the throttle itself (KIP-219): "Node paused"
+                time.sleep(0.2)
+        retry = []
+        for topic in answer["topics"]:
+            if topic["error_code"] == 89:  # THROTTLING_QUOTA_EXCEEDED
+                retry.append(topic["name"])
+            elif topic["error_code"] not in (0, 36):  # 36: a retry of one that was made
+                raise AssertionError(topic)
+        return retry
+
+    def listed() -> set[str]:
+        while True:
+            try:
+                return set(admin.list_topics())
+            except NodeNotReadyError:
+                time.sleep(0.2)
+
+    return create, listed

@@ -399,7 +399,7 @@ async def test_user_and_client_quotas_from_the_command_line(
         "Quota configs for client-id 'p1' are producer_byte_rate=1.048576E7\n"))
     await describe("--user", "alice", expect="Quota configs for user-principal 'alice' are producer_byte_rate=1048576.0\n")
 
-    # Refusals: a key the entity lacks (checked first, as kafka-configs.sh does), the keys
+    # Refusals: a key the entity lacks (checked first, as kafka-configs.sh does), the key
     # the sidecar does not enforce (its reason), a value Kafka refuses (its message).
     capsys.readouterr()
     assert await cli("alter", "--user", "alice", "--delete-config", "consumer_byte_rate") == 1
@@ -407,8 +407,14 @@ async def test_user_and_client_quotas_from_the_command_line(
     assert await cli("alter", "--user", "alice", "--add-config", "request_percentage=50") == 1
     err = capsys.readouterr().err
     assert err.startswith("ksidecar quotas: refused (42): request_percentage is not enforced by the sidecar"), err
-    assert await cli("alter", "--client", "p1", "--add-config", "controller_mutation_rate=10") == 1
-    assert capsys.readouterr().err.startswith("ksidecar quotas: refused (42): controller_mutation_rate")
+    # controller_mutation_rate is enforced here (KIP-599): set, stored as Kafka stores a
+    # DOUBLE key, and removed again.
+    assert await alter("--client", "p1", "--add-config", "controller_mutation_rate=10") == (
+        "Completed updating config for client p1.\n")
+    assert await znode("/config/clients/p1") == {"version": 1, "config": {
+        "producer_byte_rate": "10485760", "controller_mutation_rate": "10.0"}}
+    assert await alter("--client", "p1", "--delete-config", "controller_mutation_rate") == (
+        "Completed updating config for client p1.\n")
     assert await cli("alter", "--client", "p1", "--add-config", "producer_byte_rate=0") == 1
     assert capsys.readouterr().err == "ksidecar quotas: refused (42): Quota producer_byte_rate must be greater than 0\n"
     assert await cli("alter", "--client", "p1", "--add-config", "producer_byte_rate=1.5") == 1
