@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import struct
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import trio
 import trio.testing
@@ -26,13 +26,25 @@ from kafka.protocol.admin import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
+from prometheus_client import CollectorRegistry
 
 from coordinator.topics import TopicInfo
 from protocol.apis import ApiRegistry
 from protocol.headers import decode_request_header, encode_response_header
 from protocol.schema import encode
+from proxy.auth.acl.evaluate import AclIndex, Authorizer
+from proxy.auth.acl.model import (
+    AclBinding,
+    AclEntry,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 from proxy.config.settings import ConnectionSettings
 from proxy.datapath.addressing import StaticAddressBook
+from proxy.datapath.authorize import Authorization
 from proxy.datapath.connection import Connection, Parts
 from proxy.datapath.dispatch import Answer, Dispatch, Forward, Refresh
 from proxy.datapath.metrics import SidecarMetrics
@@ -40,11 +52,12 @@ from proxy.datapath.mutation_quota import MutationQuotaFilter
 from proxy.datapath.rewrite import Rewriter
 from proxy.datapath.routing import Router
 from proxy.local.api import Context, LocalApiTable, Respond
-from proxy.local.ports import Ports
+from proxy.local.ports import AclDirectory, Ports
 from quotas.client_rates import ClientRates
 from quotas.clients import CONTROLLER_MUTATION_RATE, ClientQuotas, Entity
 from quotas.rate import RateConfig
 from tests.proxy.test_connection_seam import NoBrokers, NoUpstreamInfo
+from tests.proxy.test_listing_splice import Acls
 from tests.proxy.wire import request_frame
 
 REGISTRY = ApiRegistry()
@@ -69,15 +82,17 @@ class Broker:
 class Rig:
     """One listener's chain with the mutation quota, on a clock the test moves."""
 
-    def __init__(self, broker: Broker | None = None) -> None:
+    def __init__(self, broker: Broker | None = None, authorization: Authorization | None = None,
+                 principal: str = "User:ANONYMOUS") -> None:
         self.now = [0]
         self.rates = ClientRates(RateConfig(samples=2, window_ms=1000))
         self.rates.install(ClientQuotas({Entity(None, "c1"): {CONTROLLER_MUTATION_RATE: 2.0}}))
         self.broker = broker or Broker([])
         self.filter = MutationQuotaFilter(self.rates, REGISTRY, self.broker.ask, clock=lambda: self.now[0])
         router = Router(REGISTRY, LocalApiTable([]), NoUpstreamInfo(), Rewriter(StaticAddressBook({}), "PLAINTEXT"))
-        self.dispatch = Dispatch(REGISTRY, router, SidecarMetrics(REGISTRY), (self.filter,), throttles=True)
-        self.context = Context(listener="PLAINTEXT", peer=("10.0.0.7", 5000),
+        self.dispatch = Dispatch(REGISTRY, router, SidecarMetrics(REGISTRY), (self.filter,), throttles=True,
+                                 authorization=authorization)
+        self.context = Context(listener="PLAINTEXT", peer=("10.0.0.7", 5000), principal=principal,
                                ports=Ports(upstream=NoUpstreamInfo(), brokers=NoBrokers()))
 
     def decide(self, frame: bytes, *, refreshed: bool = False) -> Any:
@@ -159,6 +174,26 @@ def test_strict_create_topics_refused_whole_is_answered_here_and_throttled() -> 
     assert body.throttle_time_ms == 250
     assert [(t.name, t.error_code, t.error_message) for t in body.topics] == [("b", 89, MESSAGE), ("c", 89, MESSAGE)]
     assert rig.tokens() == -0.5  # nothing taken
+
+
+def test_topics_the_acls_refused_keep_their_error_when_the_quota_refuses_the_rest() -> None:
+    """alice may create ``mine`` only: the ACLs take ``theirs`` out (29), then the exhausted
+    bucket refuses ``mine`` (89): the sidecar answers both, and the audit keeps the denial."""
+    alice = "User:alice"
+    create = AclBinding(ResourcePattern(ResourceType.TOPIC, "mine", PatternType.LITERAL),
+                        AclEntry(alice, "*", Operation.CREATE, Permission.ALLOW))
+    acls = Acls(Authorizer(AclIndex([create])))
+    rig = Rig(authorization=Authorization(cast(AclDirectory, acls), REGISTRY, CollectorRegistry(), shadow=False),
+              principal=alice)
+    rig.rates.mutate("alice", "c1", [5], strict=True, now_ms=0)  # -1
+    request = create_topics(7, ("mine", 1), ("theirs", 1))
+    decision = rig.decide(request)
+    assert isinstance(decision, Answer) and isinstance(decision.answer, Respond)
+    assert decision.denials == (("Topic", "theirs", "Create", "enforce"),)
+    header = decode_request_header(memoryview(request)[4:], REGISTRY)
+    body = kp_answer(CreateTopicsResponse, 7, rig.dispatch.encoded(header, decision.answer)[4:], flexible=True)
+    assert body.throttle_time_ms == 500
+    assert sorted((t.name, t.error_code) for t in body.topics) == [("mine", 89), ("theirs", 29)]
 
 
 def test_permissive_create_topics_forwards_everything_throttled() -> None:
