@@ -4,18 +4,20 @@
 |-----------------------------------------|----------------------------------------------------------------------|
 | byte-rate{user, client-id}              | ksidecar_client_quota_byte_rate{quota_type, user, client_id}         |
 | (the quota the sensor is held to)       | ksidecar_client_quota_limit{quota_type, user, client_id}             |
+| tokens{user, client-id} (ControllerMutation) | ksidecar_client_quota_tokens{quota_type, user, client_id}       |
 | throttle-time{user, client-id} (mean)   | ksidecar_client_quota_throttle_ms_total / ksidecar_client_quota_throttled_total, by rate() |
 
 ``user`` and ``client_id`` are Kafka's sensor tags (:mod:`quotas.client_rates`): a quota on
 a user alone is one series with an empty ``client_id``. ``quota_type`` is Kafka's quota type
-(``Produce``, ``Fetch``; the throttle counters also ``ControllerMutation``).
+(``Produce``, ``Fetch``, ``ControllerMutation``).
 
 The gauges are read from a process's sensors at scrape time: a single process's own, or,
 with workers, the supervisor's, which every worker's usage reaches (the sidecar's whole
 rate). The counters are counted where throttles are decided (each worker) and summed on
 the page. Both are bounded like the observers' series: at most
 ``observer.prometheus.max.principals`` sensors each; the gauges keep the fastest rates, the
-counters fold sensors beyond the bound into ``user="(other)", client_id="(other)"``.
+counters fold sensors beyond the bound into ``user="(other)", client_id="(other)"``; the tokens
+keep the emptiest buckets.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class ThrottleCounters:
 
 
 class RateCollector(Collector):
-    """``ksidecar_client_quota_byte_rate`` and ``_limit``, read from the sensors at scrape time."""
+    """``ksidecar_client_quota_byte_rate``, ``_limit`` and ``_tokens``, read from the sensors and
+    buckets at scrape time."""
 
     def __init__(self, rates: ClientRates, max_series: int, clock: Callable[[], int] = now_ms) -> None:
         self.rates = rates
@@ -84,5 +87,11 @@ class RateCollector(Collector):
             rate.add_metric(labels, value)
             if quota is not None:
                 limit.add_metric(labels, quota)
+        tokens = GaugeMetricFamily("ksidecar_client_quota_tokens", "Tokens left in a controller_mutation_rate "
+                                   "bucket (Kafka's ControllerMutation tokens; below zero: throttled), "
+                                   "sidecar-wide.", labels=LABELS)
+        for left, (key, user, client_id) in sorted((t, k) for k, t in self.rates.tokens(now))[: self.max_series]:
+            tokens.add_metric([QUOTA_TYPES.get(key, key), user, client_id], left)
         yield rate
         yield limit
+        yield tokens

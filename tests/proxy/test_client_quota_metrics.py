@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.control.client_quota_metrics import OTHER, RateCollector, ThrottleCounters
 from quotas.client_rates import ClientRates
-from quotas.clients import PRODUCER_BYTE_RATE, ClientQuotas, Entity
+from quotas.clients import CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE, ClientQuotas, Entity
 from quotas.rate import RateConfig
 
 
@@ -48,3 +48,17 @@ def test_the_gauges_show_the_fastest_sensors_and_their_quota() -> None:
     assert value(registry, "ksidecar_client_quota_byte_rate", **produce, client_id="a") == 500
     assert value(registry, "ksidecar_client_quota_byte_rate", **produce, client_id="b") is None  # the slowest
     assert value(registry, "ksidecar_client_quota_limit", **produce, client_id="c") == 3000
+
+
+def test_the_emptiest_mutation_buckets_show_their_tokens() -> None:
+    """controller_mutation_rate 2 with 2 samples of 1 s: buckets of 4 tokens."""
+    rates = ClientRates(RateConfig(2, 1000))
+    rates.install(ClientQuotas({Entity(None, c): {CONTROLLER_MUTATION_RATE: 2} for c in "abc"}))
+    for client_id, partitions in (("a", 7), ("b", 1), ("c", 3)):
+        rates.mutate("u", client_id, [partitions], strict=False, now_ms=0)
+    registry = CollectorRegistry()
+    registry.register(RateCollector(rates, max_series=2, clock=lambda: 0))
+    mutation = {"quota_type": "ControllerMutation", "user": ""}
+    assert value(registry, "ksidecar_client_quota_tokens", **mutation, client_id="a") == -3
+    assert value(registry, "ksidecar_client_quota_tokens", **mutation, client_id="c") == 1
+    assert value(registry, "ksidecar_client_quota_tokens", **mutation, client_id="b") is None  # the fullest
