@@ -629,11 +629,18 @@ def audit_report(result: DemoResult, out: Path, began: float) -> DemoResult:
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
+    from proxy.tools.rig.spark import start_spark, stop_spark
     from spark_jobs.report import run_all
 
     audit_rows = ds.dataset(result.audit_dir, format="parquet", partitioning="hive").count_rows()
     versions, software = audit_versions(Path(result.audit_dir))
-    page = run_all(result.audit_dir, out)
+    # The rig's session (as the tests' is) rather than the report's own: a JVM tuned to start
+    # quickly, for an audit of a few hundred rows; its output goes to spark.log beside the rest.
+    spark = start_spark(out.parent, app_name="ksidecar-demo-report")
+    try:
+        page = run_all(result.audit_dir, out, spark=spark)
+    finally:
+        stop_spark(spark)
     traffic = pq.read_table(out / "data" / "traffic" / "topics")
     mine = traffic.filter(pc.equal(traffic["topic"], result.topic))
     audited_in: dict[str, int] = {}
