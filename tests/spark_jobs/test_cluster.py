@@ -1,11 +1,11 @@
-"""The report's jobs on a real standalone cluster (a master and two workers started from the
+"""The report's jobs on a real standalone cluster (a master and a worker started from the
 pyspark wheel) give what they give in local mode.
 
 The jobs go to the cluster as a user would send them (docs/spark_jobs.md, "Running"): the
 whole report as one application, ``spark-submit --master spark://… --py-files
 ksidecar-jobs.zip spark_jobs/report.py``, and one job file on its own,
 ``spark-submit … spark_jobs/traffic.py`` with ``file://`` paths; each application has the
-cluster's defaults (200 shuffle partitions, an executor of one core on each worker). The same
+cluster's defaults (200 shuffle partitions, one executor with the worker's two cores). The same
 jobs run over the same small audit in the tests' local session. Every table must come out the
 same, row for row, and its totals must be those counted from the audit files with pyarrow (not
 by the code under test).
@@ -53,8 +53,13 @@ TABLES = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    """A master and two workers (one core, 1 GB each) on loopback."""
-    with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as running:
+    """A master and a worker (two cores, 1 GB) on loopback.
+
+    One worker, not two: each executor is a JVM of its own (the test ran nine JVMs with two
+    workers, six with one), and the executor's Python workers are still processes apart from
+    the driver's, which is what a job that leaned on driver state would trip over.
+    """
+    with start_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=1, cores=2) as running:
         yield running
 
 
@@ -129,7 +134,7 @@ def test_the_report_jobs_on_a_standalone_cluster_match_local_mode(
         whole.result().check()
         one.result().check()
 
-    # They ran on the cluster: two finished applications, each given both workers' cores.
+    # They ran on the cluster: two finished applications, each given the worker's two cores.
     apps = {a["name"]: a for a in cluster.status()["completedapps"]}
     for name in ("ksidecar-audit-report", "ksidecar-traffic"):
         assert (apps[name]["state"], apps[name]["cores"]) == ("FINISHED", 2)
