@@ -23,10 +23,6 @@ from protocol.schema import compiled_parser, decode_interpreted, decode_prefix, 
 from protocol.spec import MessageSpec
 from tests.protocol.strategies import all_schemas, message_values, plain
 
-# A differential check runs untraced by coverage (tracing would double its time); the
-# unit tests of protocol/ reach the 100% gate without it (docs/testing.md, "Coverage").
-pytestmark = pytest.mark.no_cover
-
 CASES = [
     pytest.param(spec, version, id=f"{spec.name}-v{version}")
     for _kind, spec, version in all_schemas()

@@ -69,10 +69,6 @@ def _kafka_python_classes() -> dict[tuple[int, str], Any]:
 KP_CLASSES = _kafka_python_classes()
 
 
-# A differential check runs untraced by coverage (tracing would double its time); the
-# unit tests of protocol/ reach the 100% gate without it (docs/testing.md, "Coverage").
-pytestmark = pytest.mark.no_cover
-
 def _cases() -> list[Any]:
     cases = []
     for (key, kind), cls in sorted(KP_CLASSES.items()):

@@ -48,10 +48,6 @@ ErrorCode = pytest.importorskip("kio.schema.errors").ErrorCode
 
 #: No unknown tags (kio drops them); known tags inside tagged values are fine.
 KIO_MODE = Mode(unknown=False, inner_tags=True)
-# A differential check runs untraced by coverage (tracing would double its time); the
-# unit tests of protocol/ reach the 100% gate without it (docs/testing.md, "Coverage").
-pytestmark = pytest.mark.no_cover
-
 EXAMPLES = max(5, settings().max_examples // 20)
 
 #: API keys that are ours only.
