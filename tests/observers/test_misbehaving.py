@@ -22,7 +22,9 @@ from tests.observers.conftest import start_sidecar as _fixture  # noqa: F401
 from tests.proxy.conftest import StartSidecar
 from tests.proxy.wire import Wire, create_topic, sample, wait_until
 
-pytestmark = pytest.mark.integration
+# serial: it compares the two sidecars' median round trips, which a busy neighbour skews (it
+# failed once in the parallel phase at 4.1 ms against 1.3).
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 ROUNDS = 2
 REQUESTS = 120
