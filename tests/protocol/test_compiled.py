@@ -27,7 +27,7 @@ CASES = [
     pytest.param(spec, version, id=f"{spec.name}-v{version}")
     for _kind, spec, version in all_schemas()
 ]
-EXAMPLES = max(8, settings().max_examples // 12)
+EXAMPLES = max(5, settings().max_examples // 20)
 
 
 def outcome(parse: Any, *args: Any) -> tuple[str, Any]:

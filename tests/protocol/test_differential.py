@@ -81,7 +81,7 @@ def _cases() -> list[Any]:
 
 
 CASES = _cases()
-EXAMPLES = max(5, settings().max_examples // 20)
+EXAMPLES = max(3, settings().max_examples // 33)
 KP_MODE = Mode(unknown=False, inner_tags=False)
 #: Ours -> kafka-python: kafka-python keeps unknown tags, except inside tagged values.
 OURS_MODE = Mode(unknown=True, inner_tags=False)

@@ -48,7 +48,7 @@ ErrorCode = pytest.importorskip("kio.schema.errors").ErrorCode
 
 #: No unknown tags (kio drops them); known tags inside tagged values are fine.
 KIO_MODE = Mode(unknown=False, inner_tags=True)
-EXAMPLES = max(5, settings().max_examples // 20)
+EXAMPLES = max(3, settings().max_examples // 33)
 
 #: API keys that are ours only.
 OWN_KEYS = frozenset({10035})

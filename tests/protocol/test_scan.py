@@ -48,7 +48,7 @@ CASES = [
     pytest.param(spec, version, id=f"{spec.name}-v{version}")
     for _kind, spec, version in all_schemas()
 ]
-EXAMPLES = max(5, settings().max_examples // 20)
+EXAMPLES = max(3, settings().max_examples // 33)
 
 PRODUCE = DEFAULT_REGISTRY.api(0)
 FETCH = DEFAULT_REGISTRY.api(1)
