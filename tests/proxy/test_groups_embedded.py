@@ -138,10 +138,15 @@ class ConfluentMember(Member):
         REBALANCE_IN_PROGRESS when it carries the new generation, ILLEGAL_GENERATION when it
         left before the member learnt it (a busy machine stretches that window); a
         cooperative member keeps its partitions through the rebalance and commits again
-        when it is done."""
+        when it is done. A KIP-848 member's commit that still carries the epoch before its
+        assignment changed is refused with STALE_MEMBER_EPOCH (``ConsumerGroup
+        .validateOffsetCommit``); librdkafka hands that to a synchronous commit, and the
+        commit after the next heartbeat carries the new epoch, which is what Kafka's Java
+        consumer does on its own."""
         from confluent_kafka import KafkaError, KafkaException
 
-        retry = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION}
+        retry = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
+                 KafkaError.STALE_MEMBER_EPOCH}
         for _ in range(100):
             try:
                 consumer.commit(asynchronous=False)
