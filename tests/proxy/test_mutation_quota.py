@@ -58,7 +58,7 @@ from quotas.clients import CONTROLLER_MUTATION_RATE, ClientQuotas, Entity
 from quotas.rate import RateConfig
 from tests.proxy.test_connection_seam import NoBrokers, NoUpstreamInfo
 from tests.proxy.test_listing_splice import Acls
-from tests.proxy.wire import request_frame
+from tests.proxy.wire import read_one_frame, request_frame
 
 REGISTRY = ApiRegistry()
 CREATE, DELETE, PARTITIONS = 19, 20, 37
@@ -276,15 +276,6 @@ async def test_create_partitions_costs_the_new_count_less_the_current_one() -> N
     assert rig.tokens() == 1.0  # b refused by the broker: its 2 given back
 
 
-async def read_frame(stream: trio.abc.Stream) -> bytes:
-    buffer = b""
-    while len(buffer) < 4 or len(buffer) < 4 + struct.unpack(">i", buffer[:4])[0]:
-        data = await stream.receive_some(65536)
-        assert data
-        buffer += data
-    return buffer
-
-
 async def test_a_request_refused_whole_mutes_the_connection_for_its_throttle(
         autojump_clock: trio.testing.MockClock) -> None:
     """The sidecar answers a refused CreateTopics at once (no broker involved) and reads the
@@ -324,7 +315,7 @@ async def _run(nursery: trio.Nursery, registry: ApiRegistry, router: Router, met
     nursery.start_soon(Connection(parts, server_side, context).run)
     start = trio.current_time()
     await client.send_all(create_topics(7, ("a", 1)))
-    first = await read_frame(client)
+    first = await read_one_frame(client)
     assert trio.current_time() - start < 0.001  # answered at once
     body = kp_answer(CreateTopicsResponse, 7, first[4:], flexible=True)
     assert body.throttle_time_ms == 2000 and body.topics[0].error_code == 89

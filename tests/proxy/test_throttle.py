@@ -32,6 +32,7 @@ from quotas.client_rates import ClientRates
 from quotas.clients import CONSUMER_BYTE_RATE, ClientQuotas, Entity
 from quotas.rate import RateConfig
 from tests.proxy.test_connection_seam import NoBrokers, NoUpstreamInfo
+from tests.proxy.wire import read_one_frame
 
 PRODUCE, FETCH = 0, 1
 
@@ -103,15 +104,6 @@ class Broker:
                 await stream.send_all(fetch_answer(struct.unpack(">i", frame[4:8])[0], 0, b"r" * 14_000))
 
 
-async def read_frame(stream: trio.abc.Stream) -> bytes:
-    buffer = b""
-    while len(buffer) < 4 or len(buffer) < 4 + struct.unpack(">i", buffer[:4])[0]:
-        data = await stream.receive_some(65536)
-        assert data
-        buffer += data
-    return buffer
-
-
 async def test_a_throttled_fetch_is_answered_at_once_then_the_client_is_not_read(
         autojump_clock: trio.testing.MockClock) -> None:
     """consumer_byte_rate 1,000 B/s for client id ``t``: the first answer (about 14.1 kB over
@@ -139,13 +131,13 @@ async def test_a_throttled_fetch_is_answered_at_once_then_the_client_is_not_read
         nursery.start_soon(Connection(parts, server_side, context).run)
         start = trio.current_time()
         await client.send_all(fetch_request(1))
-        first = await read_frame(client)
+        first = await read_one_frame(client)
         size = len(first) - 4  # what the sensor recorded
         expected = round((size / 10 - 1000) / 1000 * 10_000)  # Kafka's throttle formula, by hand
         assert FetchResponse[4].decode(first[8:]).throttle_time_ms == expected > 4000
         assert trio.current_time() - start < 0.001  # answered at once
         await client.send_all(fetch_request(2))
-        second = await read_frame(client)
+        second = await read_one_frame(client)
         assert broker.received[1] - start == pytest.approx(expected / 1000, abs=0.002)  # not read before
         assert FetchResponse[4].decode(second[8:]).throttle_time_ms > 0  # still over: throttled again
         await client.aclose()

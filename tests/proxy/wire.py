@@ -176,6 +176,17 @@ class Wire:
         await trio.aclose_forcefully(self.stream)
 
 
+async def read_one_frame(stream: trio.abc.Stream) -> bytes:
+    """The next whole frame on ``stream`` (size prefix included), for a test that expects
+    exactly one answer and nothing after it (no buffering between calls, unlike `Wire`)."""
+    buffer = b""
+    while len(buffer) < 4 or len(buffer) < 4 + struct.unpack(">i", buffer[:4])[0]:
+        data = await stream.receive_some(65536)
+        assert data
+        buffer += data
+    return buffer
+
+
 async def create_topic(wire: Wire, name: str, partitions: int = 1, correlation_id: int = 77) -> None:
     """CreateTopics v4 for one topic; asserts it was created."""
     frame = await wire.call(19, 4, correlation_id, {
