@@ -48,6 +48,10 @@ from proxy.tools.rig.process import ManagedProcess, read_tail, start_on_port
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# Start-up time matters more than peak speed for the small inputs of tests and the demo: the
+# JIT's first tier only, which does not compete with the work for a shared machine's cores.
+_QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 SPARK_CONF: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
@@ -59,7 +63,7 @@ SPARK_CONF: dict[str, str] = {
     # Otherwise a partition directory `hour=05` is read back as the integer 5.
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     "spark.driver.memory": "1g",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": _QUICK_JVM,
 }
 """Settings for every test and demo session, on top of `local[2]`."""
 
@@ -200,10 +204,6 @@ _INHERITED_SPARK_ENV = (
     "SPARK_DAEMON_JAVA_OPTS",
     "SPARK_REMOTE",
 )
-
-# Start-up time matters more than peak speed for the small inputs of tests and the demo: the
-# JIT's first tier only, which does not compete with the work for a shared machine's cores.
-_QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 SUBMIT_CONF: dict[str, str] = {
     "spark.driver.host": LOOPBACK,
