@@ -628,6 +628,8 @@ def audit_report(result: DemoResult, out: Path, began: float) -> DemoResult:
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
     from proxy.tools.rig.spark import start_spark, stop_spark
     from spark_jobs.report import run_all
@@ -636,11 +638,16 @@ def audit_report(result: DemoResult, out: Path, began: float) -> DemoResult:
     versions, software = audit_versions(Path(result.audit_dir))
     # The rig's session (as the tests' is) rather than the report's own: a JVM tuned to start
     # quickly, for an audit of a few hundred rows; its output goes to spark.log beside the rest.
-    spark = start_spark(out.parent, app_name="ksidecar-demo-report")
+    # A process that already runs Spark (the demo called from a test) lends its session: a
+    # process has one SparkContext at most.
+    running = SparkContext._active_spark_context is not None
+    spark = (SparkSession.builder.getOrCreate() if running
+             else start_spark(out.parent, app_name="ksidecar-demo-report"))
     try:
         page = run_all(result.audit_dir, out, spark=spark)
     finally:
-        stop_spark(spark)
+        if not running:
+            stop_spark(spark)
     traffic = pq.read_table(out / "data" / "traffic" / "topics")
     mine = traffic.filter(pc.equal(traffic["topic"], result.topic))
     audited_in: dict[str, int] = {}
