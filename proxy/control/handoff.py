@@ -48,8 +48,14 @@ class Channel:
             await send(self.socket, message, fd)
 
     async def receive(self) -> tuple[dict[str, Any], int | None] | None:
-        """:func:`receive`."""
-        return await receive(self.socket)
+        """:func:`receive`. A peer that exits with a message of ours still unread (a worker
+        that drained and quit while the supervisor's "pong" was on its way) makes Linux
+        report ECONNRESET once, *before* the messages the peer sent last, which are still
+        queued; they are read on, then the end. A second reset is an error."""
+        try:
+            return await receive(self.socket)
+        except ConnectionResetError:
+            return await receive(self.socket)
 
     def close(self) -> None:
         """Close this end (the peer's next receive reports the end)."""

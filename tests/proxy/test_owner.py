@@ -151,6 +151,21 @@ async def test_a_datagram_that_is_not_a_message_is_refused_and_its_socket_closed
         assert await handoff.receive(receiver) is None
 
 
+async def test_a_worker_that_exits_with_a_pong_unread_still_delivers_its_last_message() -> None:
+    """The drain race of a fresh clone: the worker sends "drained" and exits while the
+    supervisor's "pong" is queued for it, unread. Linux reports that as ECONNRESET once,
+    before the queued "drained"; the channel reads on: "drained", then the end."""
+    supervisor_end, worker_end = handoff.pair()
+    with supervisor_end:
+        channel = handoff.Channel(supervisor_end)
+        worker = trio.socket.from_stdlib_socket(worker_end)
+        await handoff.send(worker, {"op": "drained", "abandoned": 0})
+        await channel.send({"op": "pong"})
+        worker.close()
+        assert await channel.receive() == ({"op": "drained", "abandoned": 0}, None)
+        assert await channel.receive() is None
+
+
 def test_workers_zero_means_the_usable_cpus_within_the_cgroup_quota(tmp_path: Path) -> None:
     cpu_max = tmp_path / "cpu.max"
     affinity = len(__import__("os").sched_getaffinity(0))
