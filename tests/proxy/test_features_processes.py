@@ -217,6 +217,10 @@ def test_kafka_python_admin_bootstrapped_at_a_sidecar_that_does_not_write(fleet:
         upgraded = admin.update_features({"group.version": 1})
         wait_for(lambda: finalized(api_versions(fleet.address(113))) == {"group.version": 1}, 1.0,
                  "113 at group.version 1")
+        # kafka-python describes through whichever sidecar it likes best, and each sees the
+        # change in its own time (within a second): every one is asked first.
+        wait_for(lambda: all(finalized(api_versions(fleet.address(n))) == {"group.version": 1}
+                             for n in (111, 112, 113)), 1.0, "every sidecar at group.version 1")
         after = admin.describe_features()
     finally:
         admin.close()
