@@ -89,8 +89,7 @@ class ClientRates:
             return 0
         sensor_key = (key, *limit.sensor)
         sensor = self._sensor(sensor_key, limit.value, now_ms)
-        usage_key = (key, user, client_id)
-        self._usage[usage_key] = self._usage.get(usage_key, 0.0) + amount
+        self._note_usage((key, user, client_id), amount)
         throttle = sensor.rate.record(now_ms, amount)
         if throttle > 0 and self.on_throttle is not None:
             self.on_throttle(sensor_key, throttle)
@@ -107,8 +106,7 @@ class ClientRates:
         verdict = admit(bucket[1], costs, strict=strict, now_ms=now_ms)
         taken = sum(verdict.taken.values())
         if taken:
-            usage_key = (CONTROLLER_MUTATION_RATE, user, client_id)
-            self._usage[usage_key] = self._usage.get(usage_key, 0.0) + taken
+            self._note_usage((CONTROLLER_MUTATION_RATE, user, client_id), taken)
         if verdict.throttle_ms > 0 and self.on_throttle is not None:
             self.on_throttle(bucket[0], verdict.throttle_ms)
         return verdict
@@ -120,14 +118,17 @@ class ClientRates:
         if bucket is None or not amount:
             return
         bucket[1].record(amount, now_ms)
-        usage_key = (CONTROLLER_MUTATION_RATE, user, client_id)
-        self._usage[usage_key] = self._usage.get(usage_key, 0.0) + amount
+        self._note_usage((CONTROLLER_MUTATION_RATE, user, client_id), amount)
 
     def tokens(self, now_ms: int) -> Iterator[tuple[SensorKey, float]]:
         """The live token buckets' tokens (for metrics and tests)."""
         self._sweep(now_ms)
         for key, bucket in self._buckets.items():
             yield key, bucket.measure(now_ms)
+
+    def _note_usage(self, usage_key: UsageKey, amount: float) -> None:
+        """Add ``amount`` to what this process tells the others at the next :meth:`take_usage`."""
+        self._usage[usage_key] = self._usage.get(usage_key, 0.0) + amount
 
     def take_usage(self) -> dict[UsageKey, float]:
         """What this process recorded since the last call (and forget it)."""
