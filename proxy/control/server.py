@@ -366,8 +366,10 @@ class Sidecar:
             )
             sasl = SaslApis(auth) if auth.terminating else None
         table = build_table(self.registry, dataclasses.replace(self.table_spec, sasl=sasl))
+        # With the embedded coordinator, Metadata names every sidecar FindCoordinator may name.
+        fleet = self._fleet_addresses if self.config["sidecar.coordinator"] == "embedded" and self.zk else None
         rewriter = Rewriter(OwnAddressFirst(self.identity, self.address_book), listener, self._unmapped,
-                            self.leniency)
+                            self.leniency, fleet)
         router = Router(self.registry, table, self.upstream, rewriter,
                         lambda api: self.metrics.rewrites.labels(api).inc(),
                         unparsed_policy=self.config["sidecar.unparsed.request.policy"])
@@ -408,6 +410,12 @@ class Sidecar:
             return ()
         return (ClientQuotaFilter(quotas.rates),
                 MutationQuotaFilter(quotas.rates, self.registry, self.upstream.topics, self.leniency))
+
+    def _fleet_addresses(self, listener: str) -> dict[int, HostPort]:
+        """Every registered sidecar's address on ``listener``: the coordinators a
+        FindCoordinator answer may name (:class:`~coordinator.fleet.Fleet` reads the same
+        registrations)."""
+        return {node: endpoints[listener] for node, endpoints in self.registered.table.items() if listener in endpoints}
 
     def _unmapped(self, api_name: str, node_id: int) -> None:
         self.log_unmapped(api_name, node_id)

@@ -19,6 +19,14 @@ through: a broker-list entry is dropped (the client treats the partition's leade
 unknown and refreshes), and a coordinator becomes COORDINATOR_NOT_AVAILABLE (the client
 retries FindCoordinator). Each one is counted and logged.
 
+Metadata's broker list also names every sidecar of the fleet that is missing from it (when
+the embedded coordinator runs, ``fleet`` below): FindCoordinator may name any of them, and
+librdkafka (2.10 and later) forgets a node that its latest Metadata does not list, its
+coordinator connection included, then asks again and is told the same node. Kafka's
+coordinators are always among its brokers; a sidecar's may not be while its own broker
+restarts (Kafka drops a broker that is down from the list), or in front of a broker whose
+node id is not the sidecar's.
+
 Bytes a broker sends after a response's body (librdkafka's mock cluster writes the top-level
 tag section of flexible Metadata twice; clients stop reading at the body's end) are no reason
 to refuse it: the body is rewritten and the bytes after it follow unchanged, reported through
@@ -30,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +60,7 @@ from protocol.scan import (
 from protocol.schema import decode, encode
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
 from protocol.tagged import encoded_section, fitted_section
+from proxy.config import HostPort
 from proxy.datapath.addressing import AddressBook
 
 log = logging.getLogger(__name__)
@@ -64,18 +73,21 @@ class Site:
     ``array`` is the field name of a list of entries (or ``None``: the entry's fields are
     at the top level, FindCoordinator v0-3). ``id_field`` names the node id; ``error``
     says the entry carries its own error code (coordinators), so an unmapped one is
-    turned into COORDINATOR_NOT_AVAILABLE instead of being dropped.
+    turned into COORDINATOR_NOT_AVAILABLE instead of being dropped. ``names_fleet`` says
+    the list is where clients look a coordinator's node up (Metadata's brokers): every
+    sidecar of the fleet is added to it if missing.
     """
 
     array: str | None
     id_field: str = "NodeId"
     error: bool = False
+    names_fleet: bool = False
 
 
 SITES: dict[int, tuple[Site, ...]] = {
     0: (Site("NodeEndpoints"),),  # Produce v10+ (KIP-951)
     1: (Site("NodeEndpoints"),),  # Fetch v16+ (KIP-951)
-    3: (Site("Brokers"),),  # Metadata
+    3: (Site("Brokers", names_fleet=True),),  # Metadata
     10: (Site(None, error=True), Site("Coordinators", error=True)),  # FindCoordinator
     60: (Site("Brokers", id_field="BrokerId"),),  # DescribeCluster
     78: (Site("NodeEndpoints"),),  # ShareFetch
@@ -234,12 +246,16 @@ class Rewriter:
         listener: str,
         on_unmapped: Callable[[str, int], None] | None = None,
         leniency: Leniency = QUIET,
+        fleet: Callable[[str], Mapping[int, HostPort]] | None = None,
     ) -> None:
         self.book = book
         self.listener = listener
         self.on_unmapped = on_unmapped
         #: Reads what a response holds beyond its body, and reports it.
         self.leniency = leniency
+        #: The fleet's sidecars a coordinator answer may name, by node id, with their
+        #: addresses on a listener (``None``: no embedded coordinator, nothing added).
+        self.fleet = fleet
 
     def rewrite(self, api: Api, version: int, body: bytes | memoryview) -> RewriteResult | None:
         """The rewritten body, or ``None`` when the response names no broker."""
@@ -268,7 +284,7 @@ class Rewriter:
             entries = value.get(site.array)
             if not entries:
                 continue
-            value[site.array], r, u = self._entries(api, entries, site)
+            value[site.array], r, u = self._entries(api, version, entries, site)
             rewritten, unmapped = rewritten + r, unmapped + u
         if not rewritten and not unmapped:
             return None
@@ -291,7 +307,7 @@ class Rewriter:
         entries = read_alone(field.spec, version, view[start:stop])
         if not entries:
             return None
-        kept, rewritten, unmapped = self._entries(api, entries, field.site)
+        kept, rewritten, unmapped = self._entries(api, version, entries, field.site)
         if not rewritten and not unmapped:
             return None
         encoded = write_alone(field.spec, version, kept)
@@ -369,7 +385,7 @@ class Rewriter:
             entries = read_alone(spec, version, raw)
             if not entries:
                 continue
-            kept, r, u = self._entries(api, entries, site)
+            kept, r, u = self._entries(api, version, entries, site)
             rewritten, unmapped = rewritten + r, unmapped + u
             values[tag] = write_alone(spec, version, kept)
         if not rewritten and not unmapped:
@@ -377,11 +393,12 @@ class Rewriter:
         entries = [(tag, values.get(tag, view[start:end])) for tag, (start, end) in tags.items()]
         return entries, set(values), rewritten, unmapped
 
-    def _entries(self, api: Api, entries: Any, site: Site) -> tuple[c.ListContainer, int, int]:
+    def _entries(self, api: Api, version: int, entries: Any, site: Site) -> tuple[c.ListContainer, int, int]:
         """Rewrite a list of broker entries: ``(kept entries, rewritten, unmapped)``.
 
         An unmapped entry is dropped, except where it carries its own error code
-        (coordinators), which :meth:`_entry` sets instead.
+        (coordinators), which :meth:`_entry` sets instead. A list that names the fleet
+        gets the sidecars it lacks at its end, each counted as rewritten.
         """
         kept = c.ListContainer()
         rewritten = unmapped = 0
@@ -391,6 +408,12 @@ class Rewriter:
             if u and not site.error:
                 continue
             kept.append(entry)
+        if site.names_fleet and self.fleet is not None:
+            listed = {entry[site.id_field] for entry in kept}
+            for node_id, address in sorted(self.fleet(self.listener).items()):
+                if node_id not in listed:
+                    kept.append(_broker_entry(api, version, site, node_id, address))
+                    rewritten += 1
         return kept, rewritten, unmapped
 
     def _entry(self, api: Api, entry: Any, site: Site) -> tuple[int, int]:
@@ -410,3 +433,14 @@ class Rewriter:
         entry["Host"] = address.host
         entry["Port"] = address.port
         return 1, 0
+
+
+def _broker_entry(api: Api, version: int, site: Site, node_id: int, address: HostPort) -> c.Container:
+    """A broker entry of ``site``'s list at ``version`` naming ``node_id`` at ``address``,
+    its other fields (Metadata's ``Rack``) at their defaults."""
+    (array,) = (f for f in api.response.fields if f.name == site.array)
+    entry = c.Container({f.name: f.default for f in array.fields if f.present_in(version) and not f.tagged_in(version)})
+    entry[site.id_field] = node_id
+    entry["Host"] = address.host
+    entry["Port"] = address.port
+    return entry

@@ -600,6 +600,14 @@ def test_a_broker_down_fails_its_sidecars_readiness_while_the_others_flow(cluste
         # Partitions led by brokers 1 and 2 keep flowing meanwhile.
         assert len(produce(cluster.bootstrap, TOPIC, {0: 5, 1: 5, 3: 5, 4: 5})) == 20
         assert ready(cluster.sidecars[1]) and ready(cluster.sidecars[2])
+        # The broker's Metadata leaves broker 3 out, but sidecar 3 still coordinates its
+        # groups: the sidecars name it, and aiokafka (which connects to a coordinator only
+        # if Metadata names its node) commits in a group sidecar 3 owns.
+        for node in (1, 2):
+            named = {b["node_id"]: b["port"] for b in metadata(cluster.address(node), [])["brokers"]}
+            assert named == {n: cluster.ports[n] for n in IDS}, node
+        (group,) = groups_owned_by(3, list(IDS), 1, f"down-{uuid.uuid4().hex[:6]}")
+        assert asyncio.run(aio_commit(cluster.address(1), group)) == {0: 1}
     finally:
         cluster.mock.broker_up(3)
     took = wait_until(lambda: ready(sidecar), 2, "sidecar 3's /readyz recovers once its broker is back")

@@ -286,6 +286,70 @@ def test_metadata_without_brokers_is_left_alone() -> None:
     assert Rewriter(StaticAddressBook({}), "PLAINTEXT").rewrite(R.api(3), 12, metadata_v12([])) is None
 
 
+class Fleet:
+    """The registered sidecars a Rewriter is given, per listener (as the server's view)."""
+
+    def __init__(self, table: dict[int, dict[str, HostPort]]) -> None:
+        self.table = table
+
+    def __call__(self, listener: str) -> dict[int, HostPort]:
+        return {n: e[listener] for n, e in self.table.items() if listener in e}
+
+
+FLEET = Fleet({1: {"PLAINTEXT": HostPort("sc1", 19092)}, 2: {"PLAINTEXT": HostPort("sc2", 19093)},
+               3: {"PLAINTEXT": HostPort("sc3", 19094), "SSL": HostPort("sc3", 19194)}})
+BOOK = StaticAddressBook({1: HostPort("sc1", 19092), 2: HostPort("sc2", 19093), 3: HostPort("sc3", 19094)})
+
+
+def test_metadata_names_a_fleet_sidecar_whose_broker_it_lacks() -> None:
+    """Broker 3 restarting: Kafka's Metadata leaves it out, but sidecar 3 still coordinates
+    groups, so the list names it, after the broker's own entries."""
+    original = metadata_v12([(2, "b2", 9093, "r2"), (1, "b1", 9092, None)])
+    result = Rewriter(BOOK, "PLAINTEXT", fleet=FLEET).rewrite(R.api(3), 12, original)
+    assert result is not None
+    assert (result.rewritten, result.unmapped) == (3, 0)
+    expected = MetadataResponse[12].decode(original).to_dict()
+    expected["brokers"] = [
+        {"node_id": 2, "host": "sc2", "port": 19093, "rack": "r2"},
+        {"node_id": 1, "host": "sc1", "port": 19092, "rack": None},
+        {"node_id": 3, "host": "sc3", "port": 19094, "rack": None},
+    ]
+    assert MetadataResponse[12].decode(result.body).to_dict() == expected
+
+
+@pytest.mark.parametrize("version", [0, 1, 9])
+def test_metadata_names_the_fleet_at_versions_without_racks_or_tags(version: int) -> None:
+    """A broker behind three sidecars whose ids are not its own (the test fleet's shape)."""
+    original = bytes(MetadataResponse[version](
+        brokers=[MB(node_id=111, host="b", port=9092, rack=None)],
+        **({"controller_id": 111} if version else {}),
+        **({"throttle_time_ms": 0, "cluster_id": "c"} if version >= 3 else {}),
+        topics=[]).encode())
+    book = StaticAddressBook({111: HostPort("sc1", 19092)})
+    result = Rewriter(book, "PLAINTEXT", fleet=FLEET).rewrite(R.api(3), version, original)
+    assert result is not None
+    brokers = MetadataResponse[version].decode(result.body).brokers
+    assert [(b.node_id, b.host, b.port) for b in brokers] == [(111, "sc1", 19092), (1, "sc1", 19092),
+                                                            (2, "sc2", 19093), (3, "sc3", 19094)]
+
+
+def test_the_fleet_is_named_on_its_own_listener_and_only_in_metadata() -> None:
+    original = metadata_v12([(3, "b3", 9093, None)])
+    result = Rewriter(BOOK, "SSL", fleet=FLEET).rewrite(R.api(3), 12, original)
+    # SSL: sidecars 1 and 2 have no such listener; sidecar 3 is listed (its broker's entry).
+    assert result is not None
+    assert [(b.node_id, b.host, b.port) for b in MetadataResponse[12].decode(result.body).brokers] == [
+        (3, "sc3", 19094)]
+    cluster = bytes(DescribeClusterResponse[1](
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id="c", controller_id=1,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=1, host="b1", port=9092, rack=None)],
+    ).encode())
+    described = Rewriter(BOOK, "PLAINTEXT", fleet=FLEET).rewrite(R.api(60), 1, cluster)
+    assert described is not None
+    assert [(b.broker_id, b.host, b.port) for b in DescribeClusterResponse[1].decode(described.body).brokers] == [
+        (1, "sc1", 19092)]
+
+
 def find_coordinator(version: int, **fields: Any) -> bytes:
     return bytes(FindCoordinatorResponse[version](throttle_time_ms=0, **fields).encode())
 
