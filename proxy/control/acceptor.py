@@ -20,6 +20,7 @@ from typing import Protocol
 
 import trio
 
+from proxy.datapath.clock import now_ms
 from proxy.datapath.metrics import SidecarMetrics
 from quotas.gate import AcceptGate, Verdict
 
@@ -29,11 +30,6 @@ log = logging.getLogger(__name__)
 # serve_listeners does, instead of crashing the listener.
 _RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 RESOURCE_BACKOFF = 0.1
-
-
-def now_ms() -> int:
-    """trio's clock in milliseconds (virtual under a MockClock in tests)."""
-    return int(trio.current_time() * 1000)
 
 
 #: Sockets judged by their IP and waiting for the sidecar-wide/listener quota, per listener.

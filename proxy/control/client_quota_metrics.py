@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from proxy.control.acceptor import now_ms
+from proxy.datapath.clock import now_ms
 from quotas.client_rates import ClientRates, SensorKey
 from quotas.clients import CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE
 

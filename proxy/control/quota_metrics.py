@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from proxy.control.acceptor import now_ms
+from proxy.datapath.clock import now_ms
 from quotas.gate import AcceptGate
 
 MAX_IP_SERIES = 50

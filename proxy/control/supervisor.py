@@ -46,13 +46,13 @@ from prometheus_client.registry import Collector
 
 from proxy.config import HostPort, SidecarConfig
 from proxy.control import handoff
-from proxy.control.acceptor import now_ms
 from proxy.control.calls import serve_calls
 from proxy.control.forks import ForkServer, WorkerProcess
 from proxy.control.http import serve_http
 from proxy.control.metrics_page import flush, mark_dead, page_registry
 from proxy.control.owner import OwnerService
 from proxy.control.server import Role, Sidecar, log_drained
+from proxy.datapath.clock import now_ms
 
 log = logging.getLogger(__name__)
 

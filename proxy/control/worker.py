@@ -25,11 +25,11 @@ import trio
 
 from proxy.config import HostPort, SidecarConfig
 from proxy.control import handoff
-from proxy.control.acceptor import now_ms
 from proxy.control.calls import OwnerClient
 from proxy.control.garbage import collect_fully_on_a_clock, keep_out_of_collections
 from proxy.control.metrics_page import ENV, enable_multiprocess, flush, flush_on_a_clock
 from proxy.control.server import Role, Sidecar
+from proxy.datapath.clock import now_ms
 from quotas.client_rates import ClientRates
 
 log = logging.getLogger(__name__)

@@ -25,9 +25,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import trio
-
 from protocol.apis import PRODUCE
+from proxy.datapath.clock import now_ms
 from proxy.datapath.dispatch import Request
 from proxy.datapath.throttle import FETCH, Throttle
 from quotas.client_rates import ClientRates
@@ -40,11 +39,6 @@ def quota_user(principal: str) -> str:
     """The name Kafka's quotas know a principal by (``User:alice`` → ``alice``)."""
     name = principal.removeprefix(PRINCIPAL_TYPE)
     return name or ANONYMOUS
-
-
-def now_ms() -> int:
-    """The event loop's clock in milliseconds (the quota sensors' time)."""
-    return int(trio.current_time() * 1000)
 
 
 class ClientQuotaFilter:

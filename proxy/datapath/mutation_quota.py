@@ -43,7 +43,8 @@ from protocol.errors import ProtocolError
 from protocol.leniency import QUIET, Leniency
 from protocol.schema import encode, struct_defaults
 from protocol.spec import FieldSpec
-from proxy.datapath.client_quota import now_ms, quota_user
+from proxy.datapath.client_quota import quota_user
+from proxy.datapath.clock import now_ms
 from proxy.datapath.dispatch import Answer, Refresh, Request
 from proxy.datapath.throttle import THROTTLE_FIELD, Throttle
 from proxy.local.api import Respond
