@@ -7,8 +7,9 @@ One module fixture starts it all once.
 Every sidecar maps the broker's node id to itself (``sidecar.address.mapping=static``): with
 one broker behind three sidecars, the broker's address a client holds is that of whichever
 sidecar answered its latest Metadata (librdkafka asks any connection it has, the
-coordinator's included). Consumers bootstrap through sidecar 1; the sidecars that are stopped
-or killed are the others. A client may therefore lose its fetch connection along with the
+coordinator's included). Each sidecar's Metadata also names the three sidecars as nodes 1-3,
+the coordinators FindCoordinator names (docs/coordinator.md). Consumers bootstrap through
+sidecar 1; the sidecars that are stopped or killed are the others. A client may therefore lose its fetch connection along with the
 coordinator; the times measured include finding the broker again.
 
 Expected owners come from :func:`coordinator.placement.owner`, whose answers are checked
