@@ -170,13 +170,15 @@ async def test_kafka_python_admin(start_sidecar: StartSidecar, zookeeper: ZooKee
         admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{b.bound['PLAINTEXT'].port}",
                                  request_timeout_ms=10000)
         try:
-            before = admin.describe_features()
+            # The controller (111): Metadata names both sidecars, and the one that applied
+            # the update shows it first.
+            before = admin.describe_features(send_request_to_controller=True)
             try:
                 refused: Any = admin.update_features({"ksidecar.audit.format": 7})
             except InvalidRequestError as exc:  # v2 answers refusals at the top level
                 refused = exc
             applied = admin.update_features({"group.version": ("SAFE_DOWNGRADE", 0)})
-            after = admin.describe_features()
+            after = admin.describe_features(send_request_to_controller=True)
             return before, refused, applied, after
         finally:
             admin.close()

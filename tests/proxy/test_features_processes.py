@@ -12,7 +12,8 @@ One fleet per module (starting processes is the slow part), used by the tests in
 
 Tansu's node id is 111, so produce requests reach the broker through sidecar 111 whichever
 sidecar a client bootstraps from; 112 sees the bootstrap connections (ApiVersions,
-Metadata).
+Metadata). Metadata names all three sidecars (the embedded coordinator's rule,
+docs/coordinator.md), so a client's other requests may go to any of them.
 """
 
 from __future__ import annotations
@@ -210,24 +211,26 @@ def test_kafka_python_admin_bootstrapped_at_a_sidecar_that_does_not_write(fleet:
     served = update_features_served(fleet)
     admin = KafkaAdminClient(bootstrap_servers=fleet.address(113), request_timeout_ms=10000)
     try:
-        before = admin.describe_features()
+        # Described by the controller: by default kafka-python asks any broker Metadata
+        # names, and it names all three sidecars, whose supported ranges differ.
+        before = admin.describe_features(send_request_to_controller=True)
         downgraded = admin.update_features({"group.version": ("SAFE_DOWNGRADE", 0)})
         wait_for(lambda: "group.version" not in finalized(api_versions(fleet.address(113))), 1.0,
                  "113 without group.version")
         upgraded = admin.update_features({"group.version": 1})
         wait_for(lambda: finalized(api_versions(fleet.address(113))) == {"group.version": 1}, 1.0,
                  "113 at group.version 1")
-        # kafka-python describes through whichever sidecar it likes best, and each sees the
-        # change in its own time (within a second): every one is asked first.
+        # Each sidecar sees the change in its own time (within a second): every one is
+        # asked first.
         wait_for(lambda: all(finalized(api_versions(fleet.address(n))) == {"group.version": 1}
                              for n in (111, 112, 113)), 1.0, "every sidecar at group.version 1")
-        after = admin.describe_features()
+        after = admin.describe_features(send_request_to_controller=True)
     finally:
         admin.close()
     assert downgraded == {"group.version": "OK"} and upgraded == {"group.version": "OK"}
     now = update_features_served(fleet)
     assert {n: now[n] - served[n] for n in now} == {111: 2, 112: 0, 113: 0}
-    # Described by 111 (this release's ranges), two epochs apart.
+    # Described by 111, the controller (this release's ranges), two epochs apart.
     assert before["group.version"]["supported"] == (0, 1) and before["group.version"]["finalized"] == (1, 1)
     assert before["ksidecar.audit.format"] == {"supported": (0, 1)}  # level 0: not finalized
     assert after["group.version"]["finalized_epoch"] == before["group.version"]["finalized_epoch"] + 2
