@@ -490,7 +490,9 @@ KEYS: tuple[Key, ...] = (
     Key("sidecar.coordinator", "enum", "passthrough",
         "Who coordinates consumer groups: `passthrough` forwards every group API to the broker; "
         "`embedded` answers them in the sidecar (classic and KIP-848 protocols, offsets in "
-        "ZooKeeper under `/consumers`, docs/coordinator.md). `embedded` needs `zookeeper.connect`.",
+        "ZooKeeper under `/consumers`, docs/coordinator.md); Metadata then also names every "
+        "registered sidecar its broker list lacks, since FindCoordinator may name any of them. "
+        "`embedded` needs `zookeeper.connect`.",
         _choice("passthrough", "embedded"), "passthrough|embedded"),
     Key("sidecar.coordinator.metadata.refresh.ms", "int", "10000",
         "Embedded coordinator: how often it asks the broker for the partition counts of the "
