@@ -8,14 +8,17 @@ the connection runs on memory streams under trio's virtual clock.
 from __future__ import annotations
 
 import struct
+import uuid
 
 import pytest
 import trio
 import trio.testing
 from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
 from protocol.apis import DEFAULT_REGISTRY, ApiRegistry
+from protocol.headers import RequestHeader
 from protocol.schema import encode
 from proxy.config.settings import ConnectionSettings
 from proxy.datapath.addressing import StaticAddressBook
@@ -25,7 +28,7 @@ from proxy.datapath.dispatch import Dispatch
 from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.rewrite import Rewriter
 from proxy.datapath.routing import Router
-from proxy.datapath.throttle import ThrottlePatch
+from proxy.datapath.throttle import Throttle, ThrottlePatch
 from proxy.local.api import Context, LocalApiTable
 from proxy.local.ports import Ports
 from quotas.client_rates import ClientRates
@@ -141,3 +144,29 @@ async def test_a_throttled_fetch_is_answered_at_once_then_the_client_is_not_read
         assert broker.received[1] - start == pytest.approx(expected / 1000, abs=0.002)  # not read before
         assert FetchResponse[4].decode(second[8:]).throttle_time_ms > 0  # still over: throttled again
         await client.aclose()
+
+
+def test_an_answer_patched_in_slices_then_gets_the_throttle() -> None:
+    """A large Metadata answer the ACLs patch in slices leaves the response chain and comes
+    back through :meth:`Dispatch.throttled` (proxy/datapath/broker_link.py): the sidecar's
+    longer throttle goes in, the rest of the answer is the patched one; without client quotas
+    the answer passes unchanged."""
+    registry = ApiRegistry()
+    router = Router(registry, LocalApiTable([]), NoUpstreamInfo(), Rewriter(StaticAddressBook({}), "PLAINTEXT"))
+    metrics = SidecarMetrics(registry)
+    encoded = encode(registry.api(3).response, 12, {
+        "ThrottleTimeMs": 40, "Brokers": [], "ClusterId": "c", "ControllerId": 1,
+        "Topics": [{"ErrorCode": 0, "Name": f"t{i}", "TopicId": uuid.UUID(int=i + 1),
+                    "IsInternal": False, "Partitions": [], "TopicAuthorizedOperations": -2147483648}
+                   for i in range(3)]})
+    frame = struct.pack(">ii", 5 + len(encoded), 9) + b"\x00" + encoded  # header v1: no tags
+    header = RequestHeader(api_key=3, api_version=12, correlation_id=9, client_id="c", header_version=2, size=0)
+    quoted = Dispatch(registry, router, metrics, (), throttles=True)
+    throttled = quoted.throttled(header, 1, frame, Throttle(ms=2500))
+    assert len(throttled) == len(frame) and throttled[:9] == frame[:9]
+    read = MetadataResponse[12].decode(throttled[9:]).to_dict()
+    assert read["throttle_time_ms"] == 2500
+    assert {**read, "throttle_time_ms": 40} == MetadataResponse[12].decode(frame[9:]).to_dict()
+    # The broker's longer throttle stands; a sidecar that enforces no client quota changes nothing.
+    assert quoted.throttled(header, 1, frame, Throttle(ms=10)) == frame
+    assert Dispatch(registry, router, metrics, ()).throttled(header, 1, frame, Throttle(ms=2500)) == frame
