@@ -56,7 +56,7 @@ from proxy.datapath.authorize import REFRESH, Authorization, Denials, Patch
 from proxy.datapath.metrics import SidecarMetrics
 from proxy.datapath.rewrite import SITES
 from proxy.datapath.routing import Route, Router, Streaming
-from proxy.datapath.throttle import Throttle, ThrottlePatch
+from proxy.datapath.throttle import Throttle, ThrottlePatch, streams
 from proxy.local.api import Answer as LocalAnswer
 from proxy.local.api import Close as LocalClose
 from proxy.local.api import Context, Later, LocalApi, LocalRequest, Respond
@@ -605,9 +605,12 @@ class Dispatch:
     def streaming(self, header: RequestHeader, patch: Patch | None, gate: Gate | None,
                   throttle: Throttle | None = None) -> Streaming | None:
         """How the answer to ``header`` may go to the client while it arrives, or ``None``
-        when a response filter needs it whole: an ACL patch, a client-quota throttle, a gate
-        reading the broker's answers, or broker addresses outside its tag section."""
-        if patch is not None or throttle is not None or (gate is not None and gate.reads_responses):
+        when a response filter needs it whole: an ACL patch, a client-quota throttle other
+        than a Fetch's (:func:`~proxy.datapath.throttle.streams`), a gate reading the
+        broker's answers, or broker addresses outside its tag section."""
+        if patch is not None or (gate is not None and gate.reads_responses):
+            return None
+        if throttle is not None and not streams(header.api_key, header.api_version, throttle):
             return None
         return self.router.streaming(header)
 

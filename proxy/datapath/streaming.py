@@ -11,6 +11,9 @@ a byte goes on; a response that can name a broker (KIP-951 ``NodeEndpoints``) ho
 top-level tag section, found as the bytes pass (:class:`~protocol.scan.TagSectionFinder`),
 and rewritten in its own length since the size prefix has gone; observers get the whole
 frame; the held-back rest fills the slot and leaves through the responder as any answer. A
+Fetch a client quota throttles streams too: its size, which ``consumer_byte_rate``
+measures, is in its prefix, and its ``ThrottleTimeMs`` is the body's first field, set before
+a byte goes on (:func:`~proxy.datapath.throttle.throttle_head`). A
 broker that stops mid-response, or a response that cannot be read, ends the connection as it
 would have before a byte went on.
 
@@ -23,14 +26,19 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from protocol.errors import Truncated
 from protocol.scan import response_header_size
 from proxy.datapath.frames import FrameBuffer
 from proxy.datapath.responder import Slot
 from proxy.datapath.routing import Router, Streaming
+from proxy.datapath.throttle import throttle_head
 
 #: Reads of a response being forwarded as it arrives: each is written before the next,
 #: through one buffer of this size that stays in the CPU's cache.
 STREAM_CHUNK = 262144
+#: Reads for the first bytes of a streamed answer, when its response header (or a
+#: throttled Fetch's ThrottleTimeMs) is not in yet.
+HEAD_READ = 64
 
 
 class Link(Protocol):
@@ -65,14 +73,19 @@ async def stream_response(link: Link, slot: Slot, decoder: FrameBuffer, router: 
     """Forward the response ``decoder`` is gathering for ``slot`` while it arrives (see the
     module docstring); raises :class:`~protocol.errors.ProtocolError` for what it cannot read."""
     size = decoder.gathering
-    head = memoryview(decoder.take_partial())
-    header_size = response_header_size(head[4:], slot.record.response_header_version)
+    throttle = slot.throttle  # a client quota's (Dispatch.streaming allows a Fetch's only)
+    # The response header, and a throttled answer's ThrottleTimeMs (the body's first field).
+    opening, body_at = await _head(link, decoder.take_partial(), size, slot.record.response_header_version,
+                                   4 if throttle is not None else 0)
+    if throttle is not None:
+        throttle_head(opening, body_at, size, throttle)
+    head = memoryview(opening)
+    header_size = body_at - 4
     finder = streaming.finder(size - 4 - header_size)
     link.begin_stream(head[4:])
     whole = bytearray(size) if link.observed else None
     if whole is not None:
         whole[: len(head)] = head
-    body_at = 4 + header_size  # where the body starts in the frame
     sent = 0
     held = bytearray()  # bytes read and not forwarded yet: [sent, received)
     received = 0
@@ -113,3 +126,22 @@ async def stream_response(link: Link, slot: Slot, decoder: FrameBuffer, router: 
             if whole is not None:
                 whole[size - len(rest) :] = rest
     link.end_stream(slot, rest, sent, memoryview(whole) if whole is not None else None)
+
+
+
+async def _head(link: Link, first: bytes, size: int, header_version: int, extra: int) -> tuple[bytearray, int]:
+    """The frame's first bytes, read on until they hold the response header and ``extra``
+    bytes of the body (a broker may send its size prefix alone): those bytes, and where the
+    body starts. Raises :class:`~protocol.errors.Truncated` for a frame too short for them."""
+    head = bytearray(first)
+    while True:
+        try:
+            body_at = 4 + response_header_size(memoryview(head)[4:], header_version)
+        except Truncated:
+            if len(head) >= size:
+                raise
+        else:
+            if len(head) >= min(body_at + extra, size):
+                return head, body_at
+        more = bytearray(min(HEAD_READ, size - len(head)))
+        head += more[: await link.read_upstream(memoryview(more))]

@@ -44,6 +44,25 @@ class Throttle:
     settle: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
+def streams(api_key: int, version: int, throttle: Throttle) -> bool:
+    """Whether an answer with this throttle may go to the client while it arrives: a Fetch
+    (v1 and later) whose throttle only sets ``ThrottleTimeMs``, the first field of its body.
+    The answer's size, which ``consumer_byte_rate`` measures, is in its size prefix."""
+    return api_key == FETCH and version >= 1 and throttle.settle is None
+
+
+def throttle_head(head: bytearray, body_at: int, size: int, throttle: Throttle) -> None:
+    """Put the sidecar's throttle into a streamed answer's first bytes (``head``, at least
+    ``body_at + 4`` of them, the body starting at ``body_at``), before any goes on: the
+    answer of ``size`` bytes (size prefix included) is measured, and ``ThrottleTimeMs``
+    becomes the larger of the broker's and the sidecar's."""
+    if throttle.measure_answer is not None:
+        throttle.ms = max(throttle.ms, throttle.measure_answer(size - 4))
+    (broker,) = _INT32.unpack_from(head, body_at)
+    if throttle.ms > broker:
+        _INT32.pack_into(head, body_at, throttle.ms)
+
+
 class ThrottledAnswer(Protocol):
     """What :class:`ThrottlePatch` reads of an answer (``proxy.datapath.dispatch.Response``)."""
 

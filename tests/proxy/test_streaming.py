@@ -358,3 +358,41 @@ async def test_a_response_that_cannot_be_read_ends_the_connection(autojump_clock
         got = await received_until_closed(h)
         assert len(got) < at and answer.startswith(got)
         assert closed(h, "bad_response") == 1
+
+
+@dataclass
+class SplitBroker:
+    """Answers request 1 with ``answer`` cut at ``cuts``, a second's pause after each piece
+    (a broker, or the network, may deliver a size prefix alone)."""
+
+    answer: bytes
+    cuts: tuple[int, ...]
+
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        async for _ in request_ids(stream):
+            at = 0
+            for cut in self.cuts:
+                await stream.send_all(self.answer[at:cut])
+                await trio.sleep(1.0)
+                at = cut
+            await stream.send_all(self.answer[at:])
+
+
+@pytest.mark.parametrize("cuts", [(4,), (4, 6), (4, 8, 9), (7, 12)], ids=str)
+async def test_a_response_whose_header_arrives_in_pieces_streams_whole(
+        autojump_clock: trio.testing.MockClock, cuts: tuple[int, ...]) -> None:
+    """The size prefix alone, then the correlation id in pieces, then the header's tag
+    section (Fetch v16, header v1): the sidecar reads on for the header and streams the
+    answer, byte for byte, instead of taking a short read for a bad response."""
+    answer = fetch_response(1, [])
+    got = bytearray()
+    async with trio.open_nursery() as nursery:
+        h = await build(nursery, SplitBroker(answer, cuts))  # type: ignore[arg-type]
+        nursery.start_soon(h.connection.run)
+        await h.client.send_all(request(FETCH.key, 16, 1))
+        await receive_until(h.client, got, len(answer))
+        assert bytes(got) == answer
+        await trio.testing.wait_all_tasks_blocked()
+        assert streamed(h.metrics, "Fetch") == 1
+        assert closed(h, "bad_response") is None
+        await h.client.aclose()

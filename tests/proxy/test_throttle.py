@@ -170,3 +170,74 @@ def test_an_answer_patched_in_slices_then_gets_the_throttle() -> None:
     # The broker's longer throttle stands; a sidecar that enforces no client quota changes nothing.
     assert quoted.throttled(header, 1, frame, Throttle(ms=10)) == frame
     assert Dispatch(registry, router, metrics, ()).throttled(header, 1, frame, Throttle(ms=2500)) == frame
+
+
+class SlowBroker:
+    """Answers each Fetch with 600,000 bytes of records: the first 64 KiB of the answer, a
+    second later the rest (the sidecar streams an answer this large as it arrives)."""
+
+    def __init__(self) -> None:
+        self.received: list[float] = []
+        self.frames: list[bytes] = []
+
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        buffer = b""
+        while data := await stream.receive_some(65536):
+            buffer += data
+            while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">i", buffer[:4])[0]:
+                size = struct.unpack(">i", buffer[:4])[0]
+                frame, buffer = buffer[4:4 + size], buffer[4 + size:]
+                self.received.append(trio.current_time())
+                answer = fetch_answer(struct.unpack(">i", frame[4:8])[0], 0, b"r" * 600_000)
+                self.frames.append(answer)
+                await stream.send_all(answer[:65536])
+                await trio.sleep(1.0)
+                await stream.send_all(answer[65536:])
+
+
+async def test_a_throttled_fetch_streams_with_its_throttle_set_before_the_first_byte(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """consumer_byte_rate 10,000 B/s: a 600 kB answer goes on as it arrives (its first bytes
+    reach the client while the broker still holds the rest), its ThrottleTimeMs already the
+    sidecar's, measured from the size prefix; the next request waits out the throttle."""
+    registry = ApiRegistry()
+    rates = ClientRates(RateConfig(11, 1000))
+    rates.install(ClientQuotas({Entity(None, "t"): {CONSUMER_BYTE_RATE: 10_000}}))
+    router = Router(registry, LocalApiTable([]), NoUpstreamInfo(), Rewriter(StaticAddressBook({}), "PLAINTEXT"))
+    metrics = SidecarMetrics(registry)
+    broker = SlowBroker()
+    async with trio.open_nursery() as nursery:
+
+        async def open_upstream() -> trio.abc.Stream:
+            ours, theirs = trio.testing.memory_stream_pair()
+            nursery.start_soon(broker.serve, theirs)
+            return ours
+
+        parts = Parts(settings=ConnectionSettings(), registry=registry, router=router, metrics=metrics,
+                      open_upstream=open_upstream,
+                      dispatch=Dispatch(registry, router, metrics, (ClientQuotaFilter(rates),), throttles=True))
+        client, server_side = trio.testing.memory_stream_pair()
+        context = Context(listener="PLAINTEXT", peer=("127.0.0.1", 5),
+                          ports=Ports(upstream=NoUpstreamInfo(), brokers=NoBrokers()))
+        nursery.start_soon(Connection(parts, server_side, context).run)
+        start = trio.current_time()
+        await client.send_all(fetch_request(1))
+        first_bytes = await client.receive_some(65536)
+        assert trio.current_time() - start < 0.5  # before the broker sent the rest
+        frame = first_bytes + b""
+        while len(frame) < 4 + struct.unpack(">i", frame[:4])[0]:
+            frame += await client.receive_some(1 << 20)
+        (original,) = broker.frames
+        expected = round(((len(original) - 4) / 10 - 10_000) / 10_000 * 10_000)  # Kafka's formula, by hand
+        assert struct.unpack(">i", first_bytes[8:12])[0] == expected > 40_000  # set in the first bytes
+        assert frame[:8] == original[:8] and frame[12:] == original[12:]  # nothing else changed
+        assert FetchResponse[4].decode(frame[8:]).throttle_time_ms == expected
+        assert metrics.registry.get_sample_value("ksidecar_streamed_responses_total", {"api": "Fetch"}) == 1
+        await client.send_all(fetch_request(2))
+        with trio.fail_after(expected / 1000 + 5):
+            while len(broker.received) < 2:
+                await trio.sleep(0.01)
+        # Not read before the throttle, which runs from when the answer had gone (1 s in).
+        assert broker.received[1] - start == pytest.approx(1.0 + expected / 1000, abs=0.01)
+        await client.aclose()
+        nursery.cancel_scope.cancel()
