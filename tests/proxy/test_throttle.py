@@ -34,7 +34,7 @@ from proxy.local.ports import Ports
 from quotas.client_rates import ClientRates
 from quotas.clients import CONSUMER_BYTE_RATE, ClientQuotas, Entity
 from quotas.rate import RateConfig
-from tests.proxy.test_connection_seam import NoBrokers, NoUpstreamInfo
+from tests.proxy.test_connection_seam import NoBrokers, NoUpstreamInfo, request_ids
 from tests.proxy.wire import read_one_frame
 
 PRODUCE, FETCH = 0, 1
@@ -91,20 +91,48 @@ def fetch_request(correlation_id: int) -> bytes:
 
 
 class Broker:
-    """Answers each Fetch with 14,000 bytes of records (a 14,1xx-byte answer)."""
+    """Answers each Fetch with ``records`` bytes of records: the first ``first`` bytes of the
+    answer, ``pause`` seconds later the rest (``first=None``: all at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, records: int, first: int | None = None, pause: float = 1.0) -> None:
+        self.records, self.first, self.pause = records, first, pause
         self.received: list[float] = []
+        self.frames: list[bytes] = []
 
     async def serve(self, stream: trio.abc.Stream) -> None:
-        buffer = b""
-        while data := await stream.receive_some(65536):
-            buffer += data
-            while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">i", buffer[:4])[0]:
-                size = struct.unpack(">i", buffer[:4])[0]
-                frame, buffer = buffer[4:4 + size], buffer[4 + size:]
-                self.received.append(trio.current_time())
-                await stream.send_all(fetch_answer(struct.unpack(">i", frame[4:8])[0], 0, b"r" * 14_000))
+        async for correlation_id in request_ids(stream):
+            self.received.append(trio.current_time())
+            answer = fetch_answer(correlation_id, 0, b"r" * self.records)
+            self.frames.append(answer)
+            if self.first is not None:
+                await stream.send_all(answer[: self.first])
+                await trio.sleep(self.pause)
+                answer = answer[self.first :]
+            await stream.send_all(answer)
+
+
+def connect(nursery: trio.Nursery, broker: Broker, consumer_byte_rate: int) -> tuple[trio.abc.Stream, SidecarMetrics]:
+    """A connection with ``consumer_byte_rate`` for client id ``t`` in front of ``broker``:
+    the client's end of it, and its metrics."""
+    registry = ApiRegistry()
+    rates = ClientRates(RateConfig(11, 1000))
+    rates.install(ClientQuotas({Entity(None, "t"): {CONSUMER_BYTE_RATE: consumer_byte_rate}}))
+    router = Router(registry, LocalApiTable([]), NoUpstreamInfo(), Rewriter(StaticAddressBook({}), "PLAINTEXT"))
+    metrics = SidecarMetrics(registry)
+
+    async def open_upstream() -> trio.abc.Stream:
+        ours, theirs = trio.testing.memory_stream_pair()
+        nursery.start_soon(broker.serve, theirs)
+        return ours
+
+    parts = Parts(settings=ConnectionSettings(), registry=registry, router=router, metrics=metrics,
+                  open_upstream=open_upstream,
+                  dispatch=Dispatch(registry, router, metrics, (ClientQuotaFilter(rates),), throttles=True))
+    client, server_side = trio.testing.memory_stream_pair()
+    context = Context(listener="PLAINTEXT", peer=("127.0.0.1", 5),
+                      ports=Ports(upstream=NoUpstreamInfo(), brokers=NoBrokers()))
+    nursery.start_soon(Connection(parts, server_side, context).run)
+    return client, metrics
 
 
 async def test_a_throttled_fetch_is_answered_at_once_then_the_client_is_not_read(
@@ -112,26 +140,9 @@ async def test_a_throttled_fetch_is_answered_at_once_then_the_client_is_not_read
     """consumer_byte_rate 1,000 B/s for client id ``t``: the first answer (about 14.1 kB over
     the padded 10 s window: 1,41x B/s) asks about 4.1 s; the answer says so at once, and the
     next request reaches the broker only then."""
-    registry = ApiRegistry()
-    rates = ClientRates(RateConfig(11, 1000))
-    rates.install(ClientQuotas({Entity(None, "t"): {CONSUMER_BYTE_RATE: 1000}}))
-    router = Router(registry, LocalApiTable([]), NoUpstreamInfo(), Rewriter(StaticAddressBook({}), "PLAINTEXT"))
-    metrics = SidecarMetrics(registry)
-    broker = Broker()
+    broker = Broker(14_000)
     async with trio.open_nursery() as nursery:
-
-        async def open_upstream() -> trio.abc.Stream:
-            ours, theirs = trio.testing.memory_stream_pair()
-            nursery.start_soon(broker.serve, theirs)
-            return ours
-
-        parts = Parts(settings=ConnectionSettings(), registry=registry, router=router, metrics=metrics,
-                      open_upstream=open_upstream,
-                      dispatch=Dispatch(registry, router, metrics, (ClientQuotaFilter(rates),), throttles=True))
-        client, server_side = trio.testing.memory_stream_pair()
-        context = Context(listener="PLAINTEXT", peer=("127.0.0.1", 5),
-                          ports=Ports(upstream=NoUpstreamInfo(), brokers=NoBrokers()))
-        nursery.start_soon(Connection(parts, server_side, context).run)
+        client, _ = connect(nursery, broker, 1000)
         start = trio.current_time()
         await client.send_all(fetch_request(1))
         first = await read_one_frame(client)
@@ -172,54 +183,14 @@ def test_an_answer_patched_in_slices_then_gets_the_throttle() -> None:
     assert Dispatch(registry, router, metrics, ()).throttled(header, 1, frame, Throttle(ms=2500)) == frame
 
 
-class SlowBroker:
-    """Answers each Fetch with 600,000 bytes of records: the first 64 KiB of the answer, a
-    second later the rest (the sidecar streams an answer this large as it arrives)."""
-
-    def __init__(self) -> None:
-        self.received: list[float] = []
-        self.frames: list[bytes] = []
-
-    async def serve(self, stream: trio.abc.Stream) -> None:
-        buffer = b""
-        while data := await stream.receive_some(65536):
-            buffer += data
-            while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">i", buffer[:4])[0]:
-                size = struct.unpack(">i", buffer[:4])[0]
-                frame, buffer = buffer[4:4 + size], buffer[4 + size:]
-                self.received.append(trio.current_time())
-                answer = fetch_answer(struct.unpack(">i", frame[4:8])[0], 0, b"r" * 600_000)
-                self.frames.append(answer)
-                await stream.send_all(answer[:65536])
-                await trio.sleep(1.0)
-                await stream.send_all(answer[65536:])
-
-
 async def test_a_throttled_fetch_streams_with_its_throttle_set_before_the_first_byte(
         autojump_clock: trio.testing.MockClock) -> None:
     """consumer_byte_rate 10,000 B/s: a 600 kB answer goes on as it arrives (its first bytes
     reach the client while the broker still holds the rest), its ThrottleTimeMs already the
     sidecar's, measured from the size prefix; the next request waits out the throttle."""
-    registry = ApiRegistry()
-    rates = ClientRates(RateConfig(11, 1000))
-    rates.install(ClientQuotas({Entity(None, "t"): {CONSUMER_BYTE_RATE: 10_000}}))
-    router = Router(registry, LocalApiTable([]), NoUpstreamInfo(), Rewriter(StaticAddressBook({}), "PLAINTEXT"))
-    metrics = SidecarMetrics(registry)
-    broker = SlowBroker()
+    broker = Broker(600_000, first=65536)  # the sidecar streams an answer this large
     async with trio.open_nursery() as nursery:
-
-        async def open_upstream() -> trio.abc.Stream:
-            ours, theirs = trio.testing.memory_stream_pair()
-            nursery.start_soon(broker.serve, theirs)
-            return ours
-
-        parts = Parts(settings=ConnectionSettings(), registry=registry, router=router, metrics=metrics,
-                      open_upstream=open_upstream,
-                      dispatch=Dispatch(registry, router, metrics, (ClientQuotaFilter(rates),), throttles=True))
-        client, server_side = trio.testing.memory_stream_pair()
-        context = Context(listener="PLAINTEXT", peer=("127.0.0.1", 5),
-                          ports=Ports(upstream=NoUpstreamInfo(), brokers=NoBrokers()))
-        nursery.start_soon(Connection(parts, server_side, context).run)
+        client, metrics = connect(nursery, broker, 10_000)
         start = trio.current_time()
         await client.send_all(fetch_request(1))
         first_bytes = await client.receive_some(65536)
