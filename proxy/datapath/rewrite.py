@@ -57,7 +57,7 @@ from protocol.scan import (
     top_level_tags_prefix,
     walk,
 )
-from protocol.schema import decode, encode
+from protocol.schema import decode, encode, struct_defaults
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
 from protocol.tagged import encoded_section, fitted_section
 from proxy.config import HostPort
@@ -438,8 +438,8 @@ class Rewriter:
 def _broker_entry(api: Api, version: int, site: Site, node_id: int, address: HostPort) -> c.Container:
     """A broker entry of ``site``'s list at ``version`` naming ``node_id`` at ``address``,
     its other fields (Metadata's ``Rack``) at their defaults."""
-    (array,) = (f for f in api.response.fields if f.name == site.array)
-    entry = c.Container({f.name: f.default for f in array.fields if f.present_in(version) and not f.tagged_in(version)})
+    assert site.array is not None
+    entry = struct_defaults(api.response.element(site.array).fields, version)
     entry[site.id_field] = node_id
     entry["Host"] = address.host
     entry["Port"] = address.port
