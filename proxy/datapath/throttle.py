@@ -44,11 +44,17 @@ class Throttle:
     settle: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
+def _in_place(api_key: int, version: int, settle: Callable[[dict[str, Any]], dict[str, Any]] | None) -> bool:
+    """Whether the throttle is four bytes written over the broker's: a Fetch (v1 and later,
+    ``ThrottleTimeMs`` the first field of its body) that nothing else changes."""
+    return api_key == FETCH and version >= 1 and settle is None
+
+
 def streams(api_key: int, version: int, throttle: Throttle) -> bool:
-    """Whether an answer with this throttle may go to the client while it arrives: a Fetch
-    (v1 and later) whose throttle only sets ``ThrottleTimeMs``, the first field of its body.
-    The answer's size, which ``consumer_byte_rate`` measures, is in its size prefix."""
-    return api_key == FETCH and version >= 1 and throttle.settle is None
+    """Whether an answer with this throttle may go to the client while it arrives: when the
+    throttle is written in place (the answer's size, which ``consumer_byte_rate`` measures,
+    is in its size prefix)."""
+    return _in_place(api_key, version, throttle.settle)
 
 
 def throttle_head(head: bytearray, body_at: int, size: int, throttle: Throttle) -> None:
@@ -125,7 +131,7 @@ class ThrottlePatch:
         ``settle`` applied to its body, or ``None`` when nothing changes."""
         view = memoryview(frame)
         head = 4 + response_header_size(view[4:], header_version)
-        if api_key == FETCH and version >= 1 and settle is None:  # the body's first field: no need to decode the records
+        if _in_place(api_key, version, settle):  # the body's first field: no need to decode the records
             (broker,) = _INT32.unpack_from(view, head)
             if broker >= ms:
                 return None
