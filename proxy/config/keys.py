@@ -544,7 +544,10 @@ KEYS: tuple[Key, ...] = (
         _optional_hostport, "host:port or empty"),
     Key("sidecar.workers", "int", "0",
         "Worker processes serving client connections (docs/operations.md, \"Workers\"). 0: as "
-        "many as the CPUs this process may use (its affinity and cgroup CPU quota); 1: one "
+        "many as the CPUs the sidecar is given: its container's cgroup CPU quota rounded down "
+        "(at least 1) or its cpuset when narrower than the host, the smaller of the two; with "
+        "neither it shares the host's cores with its broker, and runs one process (a second "
+        "one would take CPU from the broker). The count and why are logged at startup. 1: one "
         "process serves everything. With more than one, a supervisor process binds the "
         "listeners, admits connections under the KIP-612 quotas for the sidecar as a whole, "
         "hands each to the least-loaded worker, and owns the coordinator, features and the "

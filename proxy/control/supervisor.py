@@ -25,6 +25,8 @@ splits the work where it divides cleanly and keeps one owner for what must not b
   are lost.
 * **One page of metrics**: every process records into prometheus_client's multiprocess
   directory, and the supervisor's ``/metrics`` sums them (:mod:`proxy.control.metrics_page`).
+
+How many workers ``sidecar.workers=0`` means is decided in :mod:`proxy.control.cpus`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import math
 import os
 import socket
 from collections.abc import Iterator
@@ -68,21 +69,6 @@ LAST_WORDS = 1.0
 #: Beyond the drain deadline, how long a draining worker may take to flush its observers
 #: and exit before it is killed.
 EXIT_MARGIN = 5.0
-
-
-def worker_count(setting: int, cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
-    """``sidecar.workers``: the setting, or for 0 the CPUs this process may use (its
-    affinity, and its cgroup's CPU quota rounded up)."""
-    if setting > 0:
-        return setting
-    cpus = len(os.sched_getaffinity(0))
-    try:
-        quota, period = cgroup.read_text().split()
-        if quota != "max":
-            cpus = min(cpus, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError):
-        pass  # no cgroup v2 quota readable: the affinity stands
-    return max(1, cpus)
 
 
 @dataclass(eq=False)

@@ -87,15 +87,18 @@ class Serving(Protocol):
 def prepare(config: SidecarConfig) -> Callable[[], Serving]:
     """What must happen before trio starts; what builds the sidecar once it runs.
 
-    One process for ``sidecar.workers=1``. Otherwise a supervisor of that many workers (0:
-    one per usable CPU): prometheus_client's multiprocess directory is made for them, and
-    the workers' fork server is forked now, while this process has imported the sidecar and
-    runs no thread (:mod:`proxy.control.forks`).
+    The worker count is ``sidecar.workers``, or for 0 what :mod:`proxy.control.cpus`
+    decides from the CPUs the sidecar is given; it is logged, with why. One worker: one
+    process. More: a supervisor of that many workers; prometheus_client's multiprocess
+    directory is made for them, and the workers' fork server is forked now, while this
+    process has imported the sidecar and runs no thread (:mod:`proxy.control.forks`).
     """
+    from proxy.control.cpus import resolve_workers
     from proxy.control.server import Sidecar
-    from proxy.control.supervisor import Supervisor, worker_count
+    from proxy.control.supervisor import Supervisor
 
-    count = worker_count(config["sidecar.workers"])
+    count, why = resolve_workers(config["sidecar.workers"])
+    log.info("%s", why)
     if count == 1:
         return lambda: Sidecar(config)
     from proxy.control.forks import ForkServer

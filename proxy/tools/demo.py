@@ -735,12 +735,14 @@ def summary(result: DemoResult) -> str:
 
 
 def _workers_line(result: DemoResult) -> str:
-    """How many processes each sidecar ran (sidecar.workers=0: one per usable CPU)."""
+    """How many processes each sidecar ran (sidecar.workers=0: as many as the CPUs it is
+    given, one when it shares the host's with the broker)."""
     counts = sorted({of for _, of in result.workers.values()})
     ready = all(r == of for r, of in result.workers.values())
     each = " or ".join(str(n) for n in counts) or "?"
-    return (f"{each} worker process(es) per sidecar, {'all' if ready else 'NOT all'} ready (sidecar.workers=0: one "
-            "per usable CPU; a supervisor admits connections and owns the coordinator)")
+    return (f"{each} worker process(es) per sidecar, {'all' if ready else 'NOT all'} ready (sidecar.workers=0: as "
+            "many as the CPUs a sidecar is given by a CPU limit or cpuset, else one; with more than one, a "
+            "supervisor admits connections and owns the coordinator)")
 
 
 def _coordinator(result: DemoResult) -> str:

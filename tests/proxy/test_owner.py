@@ -1,12 +1,11 @@
 """The owner's side of a remote local-API call (proxy/control/owner.py), the table's remote
-entries (proxy/local/remote.py), the hand-off channel (proxy/control/handoff.py) and the
-worker count (proxy/control/supervisor.py), without processes."""
+entries (proxy/local/remote.py) and the hand-off channel (proxy/control/handoff.py), without
+processes (the worker count: test_worker_count.py)."""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from protocol.schema import decode, encode
 from proxy.control import handoff
 from proxy.control.owner import OwnerService
 from proxy.control.quota_state import IpQuotas
-from proxy.control.supervisor import worker_count
 from proxy.local.api import Close, Context, Later, LocalRequest, Respond
 from proxy.local.api_versions import ApiVersionsApi
 from proxy.local.ports import Ports, UpstreamInfo
@@ -164,19 +162,6 @@ async def test_a_worker_that_exits_with_a_pong_unread_still_delivers_its_last_me
         worker.close()
         assert await channel.receive() == ({"op": "drained", "abandoned": 0}, None)
         assert await channel.receive() is None
-
-
-def test_workers_zero_means_the_usable_cpus_within_the_cgroup_quota(tmp_path: Path) -> None:
-    cpu_max = tmp_path / "cpu.max"
-    affinity = len(__import__("os").sched_getaffinity(0))
-    assert worker_count(3, cpu_max) == 3
-    assert worker_count(0, cpu_max) == affinity  # no cgroup file: the affinity
-    cpu_max.write_text("max 100000\n")
-    assert worker_count(0, cpu_max) == affinity
-    cpu_max.write_text("150000 100000\n")  # 1.5 CPUs: rounded up
-    assert worker_count(0, cpu_max) == min(affinity, 2)
-    cpu_max.write_text("50000 100000\n")
-    assert worker_count(0, cpu_max) == 1
 
 
 async def test_many_tasks_send_on_one_channel_past_a_full_queue(autojump_clock: trio.testing.MockClock) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.control.supervisor import worker_count
+from proxy.control.cpus import worker_count
 from proxy.tools.demo import run, summary
 from proxy.tools.rig.ports import can_connect
 
@@ -28,8 +28,8 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     assert set(result.zookeeper_offsets) == {0, 1}
     assert sum(result.zookeeper_offsets.values()) == 200
     assert "coordinated by the sidecar (sidecar.coordinator=embedded)" in summary(result)
-    # sidecar.workers=0: one worker per usable CPU (held to cgroup quotas in test_owner.py),
-    # all ready; on one CPU, one process (no worker series).
+    # sidecar.workers=0: as many workers as the CPUs the sidecar is given (test_worker_count.py),
+    # all ready; with no CPU limit or cpuset, one process (no worker series).
     assert result.workers == {-1: (worker_count(0), worker_count(0))}
     # Traffic went through a real `ksidecar run` in front of the broker.
     assert result.bootstrap != result.broker
