@@ -128,6 +128,13 @@ class ApiRegistry:
         )
         self.broker_metadata_key = broker_metadata_key
         self._apis = apis
+        #: ``(api_key, api_version)`` of every version this project parses: its request
+        #: and response header versions (what every forwarded frame needs, looked up once).
+        self.header_versions: dict[tuple[int, int], tuple[int, int]] = {
+            (key, version): (api.request_header_version(version), api.response_header_version(version))
+            for key, api in apis.items()
+            for version in range(api.versions.lo, (api.versions.hi or api.versions.lo) + 1)
+        }
 
     def __contains__(self, key: object) -> bool:
         return key in self._apis

@@ -17,15 +17,18 @@ Two exceptions shape the tracker (PROTOCOL_NOTES.md):
 from __future__ import annotations
 
 import io
+import struct
 from collections import deque
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from protocol import primitives as p
 from protocol.apis import DEFAULT_REGISTRY, PRODUCE, SASL_HANDSHAKE, ApiRegistry
 from protocol.errors import DecodeError, ProtocolError, Truncated
 from protocol.headers import RequestHeader, decode_request_header, peek_correlation_id
 from protocol.schema import decode
+
+_ACKS = struct.Struct(">h")
 
 #: SASL rounds (client token, server token) each mechanism needs after a v0 handshake.
 SASL_ROUNDS = {"PLAIN": 1, "OAUTHBEARER": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
@@ -38,9 +41,9 @@ class FrameKind(Enum):
     SASL_TOKEN = "sasl-token"
 
 
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """A request (or raw SASL token) the client sent and what its answer needs."""
+class InFlight(NamedTuple):
+    """A request (or raw SASL token) the client sent and what its answer needs (a named
+    tuple: one is made for every request, at a third of a frozen dataclass's cost)."""
 
     kind: FrameKind
     header: RequestHeader | None
@@ -62,8 +65,39 @@ class CorrelationMismatch(ProtocolError):
 def produce_acks(header: RequestHeader, frame: bytes | bytearray | memoryview) -> int:
     """The ``Acks`` of a Produce request, read without decoding its topic data.
 
-    v0-2 start with Acks; v3+ put TransactionalId first (compact from v9).
+    v0-2 start with Acks; v3+ put TransactionalId first (compact from v9). A null or short
+    TransactionalId (its length in one byte, or two) is stepped over by hand; anything else
+    is read by the schema, whose errors are the reference.
     """
+    at = header.size
+    size = len(frame)
+    version = header.api_version
+    start = end = -1  # the TransactionalId's bytes, when it is not null
+    if version >= 9:
+        if at < size and frame[at] < 0x80:  # a one-byte uvarint: length + 1, 0 for null
+            start = at + 1
+            end = at = start + max(frame[at] - 1, 0)
+    elif version >= 3:
+        if at + 2 <= size:
+            length = _ACKS.unpack_from(frame, at)[0]
+            if length >= -1:
+                start = at + 2
+                end = at = start + max(length, 0)
+    else:
+        start = end = at
+    if start >= 0 and at + 2 <= size:
+        try:
+            str(frame[start:end], "utf-8")  # as strict as the schema
+        except UnicodeDecodeError:
+            pass
+        else:
+            acks: int = _ACKS.unpack_from(frame, at)[0]
+            return acks
+    return _produce_acks(header, frame)
+
+
+def _produce_acks(header: RequestHeader, frame: bytes | bytearray | memoryview) -> int:
+    """:func:`produce_acks` by the schema."""
     stream = io.BytesIO(frame)
     stream.seek(header.size)
     if header.api_version >= 3:
@@ -101,20 +135,17 @@ class CorrelationTracker:
             return InFlight(FrameKind.SASL_TOKEN, None, expects_response=True)
         self._sasl_rounds = 0
         header = decode_request_header(frame, self.registry)
-        api = self.registry.get(header.api_key)
-        known = api is not None and header.api_version in api.versions
-        expects = True
+        key = header.api_key
+        versions = self.registry.header_versions.get((key, header.api_version))
+        if versions is None:  # a key or version we do not parse
+            return InFlight(FrameKind.REQUEST, header, True, 0, None)
+        if key == PRODUCE:
+            return InFlight(FrameKind.REQUEST, header, produce_acks(header, frame) != 0, versions[1], None)
         mechanism = None
-        if known and header.api_key == PRODUCE:
-            expects = produce_acks(header, frame) != 0
-        elif known and header.api_key == SASL_HANDSHAKE and header.api_version == 0:
-            assert api is not None
-            body = decode(api.request, 0, memoryview(frame)[header.size :])
+        if key == SASL_HANDSHAKE and header.api_version == 0:
+            body = decode(self.registry.api(key).request, 0, memoryview(frame)[header.size :])
             mechanism = body["Mechanism"]
-        response_version = (
-            api.response_header_version(header.api_version) if api is not None and known else 0
-        )
-        return InFlight(FrameKind.REQUEST, header, expects, response_version, mechanism)
+        return InFlight(FrameKind.REQUEST, header, True, versions[1], mechanism)
 
     def expect(self, record: InFlight) -> None:
         """Record that ``record`` went to the upstream and its response will follow."""

@@ -21,11 +21,14 @@ in the middle of a frame.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from enum import Enum
 from typing import Final
 
 from protocol.errors import FrameTooLarge, NegativeFrameSize, Truncated
+
+_SIZE = struct.Struct(">i")
 
 #: Kafka's default ``socket.request.max.bytes``.
 DEFAULT_MAX_FRAME_SIZE: Final = 100 * 1024 * 1024
@@ -96,27 +99,40 @@ class FrameDecoder:
         size prefix and :class:`Truncated` at end of stream inside a frame; after any of
         these the stream cannot be resynchronised and the connection must close.
         """
-        if self._need < 0:
+        need = self._need
+        if need < 0:
             if self.buffered < 4:
                 return self._starved()
-            size = int.from_bytes(self._peek4(), "big", signed=True)
+            first = self._chunks[0]
+            if self._head + 4 <= len(first):
+                size: int = _SIZE.unpack_from(first, self._head)[0]
+            else:
+                size = int.from_bytes(self._peek4(), "big", signed=True)
             if size < 0:
                 raise NegativeFrameSize(size)
             if size > self.max_frame_size:
                 raise FrameTooLarge(size, self.max_frame_size)
-            self._need = size + 4
-        if self.buffered < self._need:
+            need = self._need = size + 4
+        if self.buffered < need:
             return self._starved()
-        frame = self._take(self._need)
         self._need = -1
-        return frame
+        self.buffered -= need
+        first = self._chunks[0]
+        head = self._head
+        end = head + need
+        if end < len(first):  # within the first chunk: a view of it (most frames)
+            self._head = end
+            return first[head:end]
+        if end == len(first):
+            self._chunks.popleft()
+            self._head = 0
+            return first[head:end]
+        return self._gather(need)
 
     def _peek4(self) -> bytes:
-        first = self._chunks[0]
-        if self._head + 4 <= len(first):
-            return bytes(first[self._head : self._head + 4])
-        # Called with at least 4 bytes buffered, so the chunks that follow hold the rest.
-        gathered = bytearray(first[self._head :])
+        """The next 4 bytes when the first chunk holds fewer: at least 4 are buffered, so
+        the chunks that follow hold the rest."""
+        gathered = bytearray(self._chunks[0][self._head :])
         following = 1
         while len(gathered) < 4:
             gathered += self._chunks[following][: 4 - len(gathered)]
@@ -132,19 +148,9 @@ class FrameDecoder:
             )
         return EOF
 
-    def _take(self, n: int) -> memoryview:
-        """Remove and return the next ``n`` buffered bytes (``n <= buffered``)."""
-        self.buffered -= n
-        first = self._chunks[0]
-        end = self._head + n
-        if end <= len(first):
-            view = first[self._head : end]
-            if end == len(first):
-                self._chunks.popleft()
-                self._head = 0
-            else:
-                self._head = end
-            return view
+    def _gather(self, n: int) -> memoryview:
+        """Remove and return the next ``n`` bytes, which span chunks (``buffered`` already
+        counts them out)."""
         out = bytearray(n)
         filled = 0
         while filled < n:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,13 +110,16 @@ def flush() -> None:
             value._file.write_value(value._key, value._value, value._timestamp)
 
 
-async def flush_on_a_clock(interval: float = 1.0) -> None:
-    """:func:`flush` every ``interval`` seconds, and once more when cancelled."""
+async def flush_on_a_clock(first: Callable[[], None] = lambda: None, interval: float = 1.0) -> None:
+    """:func:`flush` every ``interval`` seconds, and once more when cancelled; ``first``
+    each time before (a sidecar's tallies, :meth:`SidecarMetrics.flush`)."""
     try:
         while True:
             await trio.sleep(interval)
+            first()
             flush()
     finally:
+        first()
         flush()
 
 

@@ -71,7 +71,7 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
         await nursery.start(partial(sidecar.serve, bound=bound))
         keep_out_of_collections()
         nursery.start_soon(collect_fully_on_a_clock)
-        nursery.start_soon(flush_on_a_clock)
+        nursery.start_soon(flush_on_a_clock, sidecar.metrics.flush)
         if sidecar.client_quotas.store is not None:
             nursery.start_soon(_share_usage, channel, sidecar.client_quotas.rates)
         await channel.send({"op": "ready"})
@@ -90,6 +90,7 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
                 elif op == "usage":
                     sidecar.client_quotas.rates.add_usage_entries(message["usage"], now_ms())
                 elif op == "flush":
+                    sidecar.metrics.flush()  # the data path's tallies, then the files
                     flush()
                     await channel.send({"op": "flushed"})
                 elif op == "drain":

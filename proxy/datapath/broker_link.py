@@ -159,17 +159,21 @@ class BrokerLink:
         decoder = FrameBuffer(self._max_response)
         while True:
             view = decoder.direct()
-            if view is None:
-                data = await self._read(wire, None)
-                count = len(data)
-            else:
-                count = await self._read(wire, view)
+            try:  # as _read does, without a coroutine of its own (every pass)
+                if view is None:
+                    data = await wire.receive(UPSTREAM_RECEIVE_SIZE) or b""
+                    count = len(data)
+                else:
+                    count = await wire.receive_into(view) or 0
+            except (trio.BrokenResourceError, OSError) as exc:
+                self._broke(exc)
             if not count:
                 self._ended(len(self.slots))
             if view is None:
                 decoder.receive_data(data)
             else:
                 decoder.filled(count)
+            now = trio.current_time()  # when the answers of this read arrived
             while True:
                 try:
                     frame = decoder.next_frame()
@@ -177,7 +181,7 @@ class BrokerLink:
                     raise ConnectionClosed("bad_response", str(exc)) from None
                 if frame is NEED_DATA or frame is EOF:
                     break
-                self._on_response(frame)
+                self._on_response(frame, now)
             self._writer.deliver()
             if frame is NEED_DATA and decoder.gathering - decoder.buffered >= STREAM_MIN:
                 streaming = self._streamable()
@@ -197,8 +201,12 @@ class BrokerLink:
                 return await wire.receive(UPSTREAM_RECEIVE_SIZE) or b""
             return await wire.receive_into(into) or 0
         except (trio.BrokenResourceError, OSError) as exc:
-            self._failed(f"broker link broke: {exc}", False)
-            raise ConnectionClosed("upstream_reset", str(exc)) from None
+            self._broke(exc)
+
+    def _broke(self, exc: BaseException) -> NoReturn:
+        """The link broke (a reset, a failed read): the connection ends."""
+        self._failed(f"broker link broke: {exc}", False)
+        raise ConnectionClosed("upstream_reset", str(exc)) from None
 
     def _ended(self, owed: int) -> NoReturn:
         """The broker closed the link with ``owed`` answers still to come."""
@@ -226,7 +234,7 @@ class BrokerLink:
         assert slot.record is record
         return record
 
-    def _on_response(self, frame: memoryview) -> None:
+    def _on_response(self, frame: memoryview, now: float) -> None:
         body = frame[4:]
         if self.silent and self._unasked(body):
             return
@@ -234,7 +242,7 @@ class BrokerLink:
         record = self._answered(body)
         header = record.header
         if header is None:  # a raw SASL token's answer
-            self._responses.fill(slot, frame, trio.current_time())
+            self._responses.fill(slot, frame, now)
             return
         data = self._dispatch.response(header, record.response_header_version, frame, slot.patch, slot.throttle)
         if isinstance(data, Close):
@@ -244,7 +252,7 @@ class BrokerLink:
             assert self._nursery is not None and slot.patch is not None
             self._nursery.start_soon(self._patch_later, slot, header, record.response_header_version, data.data)
             return
-        self._responses.fill(slot, data, trio.current_time())
+        self._responses.fill(slot, data, now)
 
     async def _patch_later(self, slot: Slot, header: RequestHeader, header_version: int, data: bytes) -> None:
         """A large answer's ACL patch, in slices (runs in the connection's nursery): then its

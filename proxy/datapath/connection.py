@@ -36,9 +36,18 @@ wait, several frames in one ``writev``, a drain interrupts the read instead of a
 scope around each); frames are memoryview slices of the bytes each read returned, and a
 large frame is read straight into its own buffer (:mod:`proxy.datapath.frames`); only the
 request header is decoded (from a bounded view, :data:`HEADER_VIEW`); metric children are
-resolved once per API; the idle timeout is one sweeper for the sidecar
+resolved once per API and counted in plain numbers, added to Prometheus at a scrape
+(:class:`~proxy.datapath.metrics.Tally`); the idle timeout is one sweeper for the sidecar
 (:mod:`proxy.datapath.idle`), not a task or a cancel scope per connection; responses are
 only scanned, never decoded, unless a response filter needs them.
+
+The fast lane (issue 43): a request whose key and version the router forwards and no
+request filter but the unparsed-request policy wants (:meth:`Dispatch.plain
+<proxy.datapath.dispatch.Dispatch.plain>`, known once per key and version) is forwarded
+without :meth:`~proxy.datapath.dispatch.Dispatch.decide` and the objects it makes; its
+header is read with one ``struct`` unpack (:func:`protocol.headers.decode_request_header`),
+its answer's top-level tags looked at by a generated walker (:func:`protocol.scan.walker`)
+and passed on untouched when they are empty. Requests of one read share its time.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ from protocol.apis import ApiRegistry
 from protocol.correlation import CorrelationTracker, FrameKind, InFlight
 from protocol.errors import FrameError, ProtocolError
 from protocol.framing import EOF, NEED_DATA
+from protocol.headers import RequestHeader
 from protocol.leniency import QUIET, Leniency
 from proxy.config.settings import ConnectionSettings
 from proxy.datapath.authorize import Authorization, Denials, Patch
@@ -311,12 +321,15 @@ class Connection:
         while not self._stop:
             # Not reading while the client's answers back up: its frame's time stands still
             # (socket.request.read.timeout.ms counts the client's slowness, not ours).
-            began, self.frame_began = self.frame_began, None
-            waited = trio.current_time() if began is not None else 0.0
-            await self._wait_for_capacity()
-            await self._wait_out_throttle()
-            if began is not None:
-                self.frame_began = began + (trio.current_time() - waited)
+            # What needs no wait is checked here, without a coroutine for it (every pass).
+            self.writer.deliver()  # answers filled in this read may be what frees the room
+            if self._at_capacity() or self._muted_until or (self.tap is not None and self.tap.blocked):
+                began, self.frame_began = self.frame_began, None
+                waited = trio.current_time() if began is not None else 0.0
+                await self._wait_for_capacity()
+                await self._wait_out_throttle()
+                if began is not None:
+                    self.frame_began = began + (trio.current_time() - waited)
             if self._held == 0 and memory.full:
                 await memory.wait_for_room()  # queued.max.request.bytes: room for a small frame?
             if self._stop:
@@ -335,6 +348,7 @@ class Connection:
             now = self.last_receive = trio.current_time()
             completed = 0
             parts: list[bytes | memoryview] = []
+            received = now  # when the requests of this read arrived (after any wait, later)
             while True:
                 try:
                     frame = decoder.next_frame()
@@ -356,14 +370,16 @@ class Connection:
                     await self.link.send(parts)
                     self.writer.deliver()
                     await self._wait_out_throttle()
-                    now = trio.current_time()
+                    now = received = trio.current_time()
                 if self._at_capacity():
                     # One read can hold many requests: the bound holds per request.
                     # Send what is gathered first, or its answers could never come.
                     await self.link.send(parts)
                     await self._wait_for_capacity()
-                await self._on_request(frame, parts)
-            await self.link.send(parts)
+                    received = trio.current_time()
+                received = await self._on_request(frame, parts, received)
+            if parts:
+                await self.link.send(parts)
             self.writer.deliver()
             if not decoder.buffered:
                 self.frame_began = None
@@ -447,8 +463,10 @@ class Connection:
                 return
             await self.responses.wait_for_room()
 
-    async def _on_request(self, frame: memoryview, parts: list[bytes | memoryview]) -> None:
-        """Carry out what the dispatch decides for one request frame."""
+    async def _on_request(self, frame: memoryview, parts: list[bytes | memoryview], received: float) -> float:
+        """Carry out what the dispatch decides for one request frame, which arrived at
+        ``received``; return when the next one of the same read counts as arrived (later
+        if this one waited)."""
         body = frame[4:]
         dispatch = self.dispatch
         gate = self.gate
@@ -458,21 +476,31 @@ class Connection:
                 raise ConnectionClosed(admitted.reason, admitted.detail)
             if admitted is not None:  # a raw SASL token, answered by the SASL local API
                 await self._raw_token(admitted.answer, frame, parts)
-                return
+                return trio.current_time()
         try:
             record = self._classify(body)
         except ProtocolError as exc:
             raise ConnectionClosed("bad_header", str(exc)) from None
-        now = trio.current_time()
         self.stats.requests += 1
         metrics = self.metrics
         if record.kind is FrameKind.SASL_TOKEN:
-            self._forward(record, metrics.for_label("SaslToken"), frame, parts, now)
-            return
+            self._forward(record, metrics.for_label("SaslToken"), frame, parts, received)
+            return received
         header = record.header
         assert header is not None
         api = metrics.for_api(header.api_key)
         api.request_bytes.inc(len(frame))
+        if dispatch.plain(header):  # the fast lane: forwarded as it came, nothing to decide
+            api.requests(header.api_version, "forwarded").inc()
+            self._forward_plain(record, api, frame, parts, received)
+            return received
+        await self._decided(record, header, api, frame, parts, received)
+        return trio.current_time()
+
+    async def _decided(self, record: InFlight, header: RequestHeader, api: ApiMetrics, frame: memoryview,
+                       parts: list[bytes | memoryview], now: float) -> None:
+        """Carry out the dispatch's decision for a request that is not simply forwarded."""
+        dispatch = self.dispatch
         decision = dispatch.decide(header, frame, self.context, record.expects_response)
         if isinstance(decision, Refresh):  # topic IDs nobody named yet: ask the broker, once
             await self.link.send(parts)
@@ -608,6 +636,23 @@ class Connection:
             except ProtocolError:
                 pass  # decided on the whole frame below
         return self.tracker.classify(body)
+
+    def _forward_plain(self, record: InFlight, api: ApiMetrics, frame: memoryview,
+                       parts: list[bytes | memoryview], now: float) -> None:
+        """:meth:`_forward` of a request the fast lane forwards (no patch, refusal or throttle)."""
+        if not record.expects_response:  # acks=0: the rare path
+            self._forward(record, api, frame, parts, now)
+            return
+        parts.append(frame)
+        stats = self.stats
+        stats.forwarded += 1
+        stats.forwarded_bytes += len(frame)
+        self.tracker.expect(record)
+        slot = Slot(record, api, now, None, now)
+        if self.tap is not None:
+            slot.request = frame
+        self.responses.slots.append(slot)
+        self.link.expect(slot)
 
     def _forward(
         self,

@@ -464,10 +464,14 @@ class Dispatch:
         #: The response filters, in order: broker addresses first, then the ACL patch, then
         #: client-quota throttles (``throttles``: a request filter gives requests one).
         self._throttle_patch = ThrottlePatch(registry, leniency) if throttles else None
+        self._address_rewrite = AddressRewrite(router)
         self.response_filters: tuple[ResponseFilter, ...] = (
-            AddressRewrite(router), *((AclPatch(authorization),) if authorization is not None else ()),
+            self._address_rewrite, *((AclPatch(authorization),) if authorization is not None else ()),
             *((self._throttle_patch,) if self._throttle_patch is not None else ()))
         self._responses_by_key: dict[int, tuple[ResponseFilter, ...]] = {}
+        #: :meth:`plain` by ``(api_key, api_version)``, for the broker's versions as last learned.
+        self._plain: dict[tuple[int, int], bool] = {}
+        self._plain_for: object = None
 
     def chain(self, api_key: int) -> tuple[RequestFilter, ...]:
         """The filters that see requests of ``api_key``, in order (built once per key)."""
@@ -476,6 +480,24 @@ class Dispatch:
             chain = self._by_key[api_key] = tuple(
                 f for f in self.filters if f.api_keys is None or api_key in f.api_keys)
         return chain
+
+    def plain(self, header: RequestHeader) -> bool:
+        """True when a request of ``header``'s key and version goes to the broker as it came
+        with nothing to decide: the router forwards it (no local API takes its key, the
+        broker serves its version, the sidecar parses it) and no request filter wants its key
+        but the unparsed-request policy, which passes what is forwarded. The connection then
+        forwards it without :meth:`decide` (the fast lane: no per-request objects). Known per
+        key and version, again whenever the broker's versions change."""
+        info = self.router.upstream.info
+        if info is not self._plain_for:
+            self._plain.clear()
+            self._plain_for = info
+        key = (header.api_key, header.api_version)
+        plain = self._plain.get(key)
+        if plain is None:
+            plain = self._plain[key] = self.router.forwards(header.api_key, header.api_version) and all(
+                type(f) is UnparsedPolicy for f in self.chain(header.api_key))
+        return plain
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -620,12 +642,20 @@ class Dispatch:
         response filters that want ``header``'s API key, in order (broker addresses
         rewritten, then the ACL patch applied; a large patch is left to
         :meth:`patch_in_slices`)."""
-        response = Response(header=header, header_version=header_version, frame=frame, patch=patch,
-                            throttle=throttle)
         chain = self._responses_by_key.get(header.api_key)
         if chain is None:
             chain = self._responses_by_key[header.api_key] = tuple(
                 f for f in self.response_filters if f.api_keys is None or header.api_key in f.api_keys)
+        if not chain:
+            return frame
+        if patch is None and len(chain) == 1 and chain[0] is self._address_rewrite:
+            try:  # the common answer: only its broker addresses to look at, no object made for it
+                rewritten = self.router.rewrite_response(header, header_version, memoryview(frame)[4:])
+            except ProtocolError as exc:
+                return _unreadable(header, exc)
+            return frame if rewritten is None else rewritten
+        response = Response(header=header, header_version=header_version, frame=frame, patch=patch,
+                            throttle=throttle)
         for link in chain:
             outcome = link.on_response(response)
             if outcome is None:

@@ -55,7 +55,7 @@ from protocol.scan import (
     plan_field,
     skip_tags,
     top_level_tags_prefix,
-    walk,
+    walker,
 )
 from protocol.schema import decode, encode, struct_defaults
 from protocol.spec import NO_VERSIONS, FieldSpec, MessageSpec, Versions
@@ -302,8 +302,8 @@ class Rewriter:
         """
         view = memoryview(body)
         end = len(view)
-        start = walk(field.before, view, 0, end)
-        stop = walk(field.steps, view, start, end)
+        start = walker(field.before)(view, 0, end)
+        stop = walker(field.steps)(view, start, end)
         entries = read_alone(field.spec, version, view[start:stop])
         if not entries:
             return None

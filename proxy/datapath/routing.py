@@ -18,7 +18,7 @@ from typing import Any
 from protocol.apis import Api, ApiRegistry
 from protocol.errors import ProtocolError
 from protocol.headers import RequestHeader
-from protocol.scan import TagSectionFinder, response_header_size
+from protocol.scan import TagSectionFinder, Walker, before_tags, response_header_size
 from protocol.schema import decode
 from proxy.datapath.rewrite import SITES, Rewriter, rewrites_tags_only, rewrites_version
 from proxy.local.api import Context, LocalApi, LocalApiTable
@@ -80,6 +80,8 @@ class Router:
         self.upstream = upstream
         self.rewriter = rewriter
         self._on_rewrite = on_rewrite
+        #: :meth:`_quick_check` by ``(api_key, api_version)``.
+        self._quick: dict[tuple[int, int], Walker | bool] = {}
         #: ``sidecar.unparsed.request.policy``: ``answer``, ``forward`` or ``close``.
         self.unparsed_policy = unparsed_policy
 
@@ -103,6 +105,10 @@ class Router:
             if local.any_version or local.versions[0] <= version <= local.versions[1]:
                 return local
             return UNSUPPORTED
+        return self._broker_route(key, version)
+
+    def _broker_route(self, key: int, version: int) -> Route:
+        """:meth:`route` for a request no local API takes: by what the broker serves."""
         info = self.upstream.info
         if info is not None:
             span = info.api_versions.get(key)
@@ -117,6 +123,13 @@ class Router:
             return UNPARSED if policy == "close" else UNSUPPORTED
         known = self.registry.get(key)
         return FORWARD if known is not None and version in known.versions else UNSUPPORTED
+
+    def forwards(self, api_key: int, api_version: int) -> bool:
+        """True when every request of this key and version is forwarded (:data:`FORWARD`)
+        whatever its body and sender: no local API takes the key, and :meth:`route` says so."""
+        if self.table.get(api_key) is not None:
+            return False
+        return self._broker_route(api_key, api_version) is FORWARD
 
     def _decoded(self, header: RequestHeader, body: memoryview) -> Mapping[str, Any] | None:
         api = self.registry.get(header.api_key)
@@ -142,6 +155,19 @@ class Router:
             return Streaming(api, header.api_version, tags=True)
         return None
 
+    def _quick_check(self, api_key: int, api_version: int) -> Walker | bool:
+        """How :meth:`rewrite_response` looks at an answer of this key and version first:
+        ``False`` (it cannot name a broker), the walker to its top-level tag section (only
+        those tags can), or ``True`` (read it whole)."""
+        api = self.registry.get(api_key)
+        if api is None or not rewrites_version(api, api_version):
+            return False
+        if rewrites_tags_only(api, api_version):
+            walker = before_tags(api.response, api_version)
+            if walker is not None:
+                return walker
+        return True
+
     def rewrite_section(self, streaming: Streaming, section: bytes) -> bytes | None:
         """A streamed response's top-level tag section rewritten in its own length, or
         ``None`` to send the broker's (see :meth:`Rewriter.rewrite_section`)."""
@@ -156,9 +182,24 @@ class Router:
         self, header: RequestHeader, response_header_version: int, body: memoryview
     ) -> bytes | None:
         """A rewritten response frame, or ``None`` to send the original bytes."""
-        api = self.registry.get(header.api_key)
-        if api is None or not rewrites_version(api, header.api_version):
+        key = (header.api_key, header.api_version)
+        quick = self._quick.get(key)
+        if quick is None:
+            quick = self._quick[key] = self._quick_check(*key)
+        if quick is False:
             return None
+        if quick is not True and response_header_version >= 1 and len(body) > 5 and body[4] == 0:
+            # Names a broker only in its top-level tags (Produce, Fetch): when that section is
+            # empty and ends the body, the answer goes as it came (most answers); anything
+            # else is read below, the same bytes again, errors and all.
+            end = len(body)
+            try:
+                at = quick(body, 5, end)
+            except ProtocolError:
+                at = -1
+            if at == end - 1 and body[at] == 0:
+                return None
+        api = self.registry.api(header.api_key)
         head_size = response_header_size(body, response_header_version)
         result = self.rewriter.rewrite(api, header.api_version, body[head_size:])
         if result is None:

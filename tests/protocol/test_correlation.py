@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -225,3 +226,46 @@ def test_produce_frames_cut_or_padded(version: int, cut: int, extra: bytes) -> N
     frame = produce(version, 3, 0)[:cut] + extra
     with contextlib.suppress(ProtocolError):
         CorrelationTracker().classify(frame)
+
+
+@given(st.integers(0, 13), st.one_of(st.none(), st.text(max_size=20), st.binary(max_size=20)),
+       st.integers(-2**15, 2**15 - 1), st.binary(max_size=8), st.integers(0, 40))
+@settings(max_examples=300)
+def test_the_hand_reader_of_acks_agrees_with_the_schema(
+    version: int, transactional_id: str | bytes | None, acks: int, rest: bytes, cut: int
+) -> None:
+    """produce_acks's hand path against the schema's reader, errors included: null, short,
+    long (a two-byte uvarint) and invalid UTF-8 TransactionalIds, frames cut anywhere."""
+    from protocol.correlation import _produce_acks
+
+    header_bytes = encode_request_header(PRODUCE, version, 7, "c", 2 if version >= 9 else 1)
+    if isinstance(transactional_id, str):
+        raw: bytes | None = transactional_id.encode()
+    else:
+        raw = transactional_id  # bytes: perhaps not UTF-8
+    if version >= 9:
+        body = b"\x00" if raw is None else _uvarint(len(raw) + 1) + raw
+    elif version >= 3:
+        body = b"\xff\xff" if raw is None else len(raw).to_bytes(2, "big") + raw
+    else:
+        body = b""
+    frame = header_bytes + body + acks.to_bytes(2, "big", signed=True) + rest
+    frame = frame[: max(len(header_bytes), len(frame) - cut)]
+    header = decode_request_header(frame)
+
+    def outcome(read: Callable[..., int]) -> object:
+        try:
+            return read(header, frame)
+        except ProtocolError as exc:
+            return (type(exc), str(exc))
+
+    assert outcome(produce_acks) == outcome(_produce_acks)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -48,8 +48,8 @@ from proxy.datapath.policy import PolicyFilter
 from proxy.datapath.rewrite import Rewriter
 from proxy.datapath.routing import Router
 from proxy.local.api import Context, LocalApiTable, Respond
-from proxy.local.ports import AclDirectory, Ports
-from tests.proxy.test_connection_seam import NoBrokers, NoUpstreamInfo
+from proxy.local.ports import AclDirectory, Ports, UpstreamInfo
+from tests.proxy.test_connection_seam import NoBrokers, NoUpstreamInfo, heartbeat_api
 from tests.proxy.test_listing_splice import Acls
 from tests.proxy.wire import request_frame
 
@@ -364,3 +364,45 @@ def test_a_local_apis_body_is_decoded_once_for_its_predicate_and_its_handler() -
     assert isinstance(decide(chain, create_topics(("ours", 1, 1))), Answer)
     assert len(seen) == 2 and seen[0] is seen[1]  # one decoding, shared
     assert isinstance(decide(chain, create_topics(("theirs", 1, 1))), Forward)
+
+
+# -- the fast lane (Dispatch.plain) ------------------------------------------------------
+
+
+class ChangingUpstream:
+    """An upstream view whose broker versions the test changes (as a reconnect would)."""
+
+    def __init__(self) -> None:
+        self.info: UpstreamInfo | None = None
+
+
+def test_the_fast_lane_takes_what_only_the_router_forwards_and_learns_again_when_the_broker_changes() -> None:
+    upstream = ChangingUpstream()
+    table = LocalApiTable([heartbeat_api(lambda request, who: Respond(body=b"\x00\x00"))])
+    router = Router(REGISTRY, table, upstream, Rewriter(StaticAddressBook({}), "PLAINTEXT"))
+    produces = Recorder(frozenset({0}))
+    chain = Dispatch(REGISTRY, router, SidecarMetrics(REGISTRY), (produces,))
+    header = decode_request_header(memoryview(produce("t", 1))[4:], REGISTRY)
+    metadata = decode_request_header(memoryview(request_frame(3, 9, 1, {
+        "Topics": None, "AllowAutoTopicCreation": False, "IncludeClusterAuthorizedOperations": False,
+        "IncludeTopicAuthorizedOperations": False}))[4:], REGISTRY)
+    assert not chain.plain(header)  # a filter wants Produce: decided, never the fast lane
+    assert chain.plain(metadata)  # nobody but the unparsed policy, and the router forwards it
+    heartbeat = decode_request_header(memoryview(request_frame(12, 4, 1, {
+        "GroupId": "g", "GenerationId": 1, "MemberId": "m", "GroupInstanceId": None}))[4:], REGISTRY)
+    assert not chain.plain(heartbeat)  # a local API takes it
+    # The broker's versions change: Metadata v9 is no longer served, so it is not forwarded.
+    upstream.info = UpstreamInfo(api_versions={3: (10, 12)}, api_versions_body={})
+    assert not chain.plain(metadata)
+    upstream.info = UpstreamInfo(api_versions={3: (0, 12)}, api_versions_body={})
+    assert chain.plain(metadata)
+
+
+def test_a_plain_request_is_forwarded_by_the_fast_lane_exactly_as_decide_would() -> None:
+    chain = dispatch()
+    frame = produce("t", 1)
+    header = decode_request_header(memoryview(frame)[4:], REGISTRY)
+    assert chain.plain(header)
+    decided = decide(chain, frame)  # the slow path's verdict for the same request
+    assert isinstance(decided, Forward) and bytes(decided.frame) == frame
+    assert decided.patch is None and decided.denials == () and decided.throttle is None

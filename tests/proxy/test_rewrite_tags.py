@@ -16,15 +16,22 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchResponse
 
 from protocol.apis import DEFAULT_REGISTRY as R
-from protocol.errors import Truncated
+from protocol.errors import ProtocolError, Truncated
+from protocol.headers import RequestHeader, encode_response_header
 from protocol.scan import skip_tags, top_level_tags
 from protocol.schema import decode, encode
 from proxy.config.keys import HostPort
 from proxy.datapath.addressing import StaticAddressBook
 from proxy.datapath.rewrite import Rewriter
+from proxy.datapath.routing import Router
+from proxy.local.api import LocalApiTable
+from tests.protocol.strategies import message_values
+from tests.proxy.test_connection_seam import NoUpstreamInfo
 
 FETCH = R.api(1)
 PRODUCE = R.api(0)
@@ -168,3 +175,44 @@ def test_a_section_naming_no_broker_or_unreadable() -> None:
     assert rewriter.rewrite_section(FETCH, 16, plain + b"\x00") is None
     with pytest.raises(Truncated):  # one tag announced, none there: no client reads that
         rewriter.rewrite_section(FETCH, 16, b"\x01")
+
+
+# -- the quick look (Router.rewrite_response) ---------------------------------------------
+
+
+def _router() -> Router:
+    return Router(R, LocalApiTable([]), NoUpstreamInfo(),
+                  Rewriter(StaticAddressBook({2: HostPort("sidecar-2", 9092)}), "PLAINTEXT"))
+
+
+def _outcome(router: Router, header: RequestHeader, frame: bytes) -> object:
+    try:
+        result = router.rewrite_response(header, 1, memoryview(frame))
+    except ProtocolError as exc:
+        return (type(exc), str(exc))
+    return None if result is None else bytes(result)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_quick_look_answers_as_the_whole_reading(data: st.DataObject) -> None:
+    """An answer whose top-level tags are empty goes as it came without a rewrite; every
+    other one is read whole. The reference is the same router made to read every answer
+    whole: the same bytes, or the same error, for generated answers (NodeEndpoints or not),
+    the same mutated, cut, or with bytes after the body."""
+    api, version = data.draw(st.sampled_from([(PRODUCE, v) for v in range(10, 14)] + [(FETCH, v) for v in (16, 17)]))
+    value = data.draw(message_values(api.response, version))
+    if data.draw(st.booleans()):
+        value["NodeEndpoints"] = []  # the common answer: nothing to rewrite
+    wire = bytearray(encode_response_header(7, 1) + encode(api.response, version, value))
+    choice = data.draw(st.sampled_from(["as is", "mutated", "cut", "trailing"]))
+    if choice == "mutated":
+        wire[data.draw(st.integers(0, len(wire) - 1))] = data.draw(st.integers(0, 255))
+    elif choice == "cut":
+        wire = wire[: data.draw(st.integers(0, len(wire)))]
+    elif choice == "trailing":
+        wire += b"\x00\x01"
+    header = RequestHeader(api.key, version, 7, "c", 2, 0)
+    quick, whole = _router(), _router()
+    whole._quick[(api.key, version)] = True  # no quick look: read whole
+    assert _outcome(quick, header, bytes(wire)) == _outcome(whole, header, bytes(wire))
