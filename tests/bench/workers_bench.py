@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,6 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.tools.rig.ports import LOOPBACK
+from proxy.tools.rig.process import ManagedProcess, Service, start_on_port
 from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
 from proxy.tools.rig.tansu import TansuServer, start_broker
 from tests.bench import procfs
@@ -59,7 +63,7 @@ from tests.bench.kafka import (
     response_body,
 )
 from tests.bench.pipeline import run_spread
-from tests.bench.stack import SIDECAR_KEYS
+from tests.bench.stack import SIDECAR_KEYS, _accepts
 
 OUT = Path(__file__).parent / "out"
 TOPIC = "bench-workers"
@@ -86,6 +90,30 @@ def worker_pids(server: SidecarServer) -> dict[int, int]:
 
 
 # -- saturation --------------------------------------------------------------------------------
+
+
+def start_hop(logs: Path, kind: str, upstream: TansuServer) -> Service:
+    """A bare relay in front of ``upstream``: ``relay`` (:mod:`tests.bench.relay`, two
+    blocking Python threads per connection), ``socat`` (C, a forked process per
+    connection), or ``epoll`` and ``trio`` (:mod:`tests.bench.floor_relays`). None parses:
+    the floor of what one userspace hop costs here."""
+    def build(port: int) -> ManagedProcess:
+        if kind in ("epoll", "trio"):  # tests.bench.floor_relays: where an event loop's floor lies
+            argv = [sys.executable, "-m", "tests.bench.floor_relays", kind, str(port), upstream.host,
+                    str(upstream.port)]
+        elif kind == "socat":
+            socat = shutil.which("socat")
+            if socat is None:
+                raise RuntimeError("socat is not installed (apt-get install socat)")
+            argv = [socat, f"TCP-LISTEN:{port},bind={LOOPBACK},reuseaddr,fork,backlog=1024,nodelay",
+                    f"TCP:{upstream.host}:{upstream.port},nodelay"]
+        else:
+            argv = [sys.executable, "-m", "tests.bench.relay", str(port), upstream.host, str(upstream.port)]
+        return ManagedProcess(kind, argv, log_path=logs / f"{kind}.log",
+                              probe=lambda: _accepts(LOOPBACK, port), cwd=Path(__file__).resolve().parents[2])
+
+    port, process = start_on_port(build, None)
+    return Service(process, LOOPBACK, port)
 
 
 @dataclass(frozen=True)
@@ -140,9 +168,11 @@ LOADS = (
     Load("broker-metadata-64x16", "BrokerMetadata v0 (sidecar only), 64 × 16", _local(BROKER_METADATA, 16), 64,
          ("w1", "w2"), _check_broker_metadata),
     Load("produce-1-64x4", "Produce v10, 1 record × 1 KiB, acks=1, 64 connections × 4", _produce(4), 64,
-         ("direct", "w1", "w2"), _check_produce),
+         ("direct", "socat", "relay", "w1", "w2"), _check_produce),
     Load("produce-1-16x16", "Produce v10, 1 record × 1 KiB, acks=1, 16 connections × 16", _produce(16), 16,
-         ("direct", "w1", "w2"), _check_produce),
+         ("direct", "socat", "relay", "w1", "w2"), _check_produce),
+    Load("produce-1-1x1", "Produce v10, 1 record × 1 KiB, acks=1, one connection, one in flight", _produce(1), 1,
+         ("direct", "socat", "relay", "epoll", "trio", "w1"), _check_produce),
 )
 
 
@@ -181,32 +211,45 @@ def measure(address: str, load: Load, serving: list[int], broker_pid: int, gener
 
 
 def saturation(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
-    """Every :data:`LOADS` workload against direct, ``workers=1`` and ``workers=2``, in turns."""
+    """Every :data:`LOADS` workload against direct, the bare relays (socat and the Python
+    relay), ``workers=1`` and ``workers=2``, in turns (``--loads`` and ``--targets`` choose)."""
     results: dict[str, Any] = {}
-    with start_broker(logs) as broker:
+    loads = [load for load in LOADS if not args.loads or load.name in args.loads]
+    wanted = set(args.targets or ("direct", "socat", "relay", "epoll", "trio", "w1", "w2"))
+    with start_broker(logs) as broker, contextlib.ExitStack() as stack:
         create_topic(broker.bootstrap, TOPIC, PARTITIONS)
-        with sidecar(logs, broker, 1) as one, sidecar(logs, broker, 2) as two:
-            servers = {"w1": one, "w2": two}
-            broker_pid = broker.process.pid
-            assert broker_pid is not None
-            for load in LOADS:
-                runs: dict[str, list[dict[str, float]]] = {t: [] for t in load.targets}
-                for repeat in range(args.repeats):
-                    order = list(load.targets)
-                    order = order[repeat % len(order):] + order[: repeat % len(order)]
-                    for target in order:
-                        if target == "direct":
-                            address, serving = broker.bootstrap, []
-                        else:
-                            server = servers[target]
-                            assert server.process.pid is not None
-                            pids = worker_pids(server)
-                            address = server.address
-                            serving = [server.process.pid] + ([pids[i] for i in sorted(pids)] if target == "w2" else [])
-                        runs[target].append(measure(address, load, serving, broker_pid, args.generators,
-                                                    args.seconds, args.warmup))
-                results[load.name] = {"title": load.title, "runs": runs}
-                print(_progress(load.name, runs), flush=True)
+        servers: dict[str, SidecarServer] = {}
+        hops: dict[str, Service] = {}
+        for workers in (1, 2):
+            if f"w{workers}" in wanted:
+                servers[f"w{workers}"] = stack.enter_context(sidecar(logs, broker, workers))
+        for kind in ("socat", "relay", "epoll", "trio"):
+            if kind in wanted and any(kind in load.targets for load in loads):
+                hops[kind] = stack.enter_context(start_hop(logs, kind, broker))
+        broker_pid = broker.process.pid
+        assert broker_pid is not None
+        for load in loads:
+            targets = [t for t in load.targets if t in wanted]
+            runs: dict[str, list[dict[str, float]]] = {t: [] for t in targets}
+            for repeat in range(args.repeats):
+                order = targets[repeat % len(targets):] + targets[: repeat % len(targets)]
+                for target in order:
+                    if target == "direct":
+                        address, serving = broker.bootstrap, []
+                    elif target in hops:
+                        hop = hops[target]
+                        assert hop.process.pid is not None
+                        address, serving = hop.address, [hop.process.pid]
+                    else:
+                        server = servers[target]
+                        assert server.process.pid is not None
+                        pids = worker_pids(server)
+                        address = server.address
+                        serving = [server.process.pid] + ([pids[i] for i in sorted(pids)] if target == "w2" else [])
+                    runs[target].append(measure(address, load, serving, broker_pid, args.generators,
+                                                args.seconds, args.warmup))
+            results[load.name] = {"title": load.title, "runs": runs}
+            print(_progress(load.name, runs), flush=True)
     return results
 
 
@@ -216,13 +259,17 @@ def _median(runs: list[dict[str, float]], key: str) -> float:
 
 
 def _paired(runs: dict[str, list[dict[str, float]]], a: str, b: str, key: str = "requests_per_s") -> list[float]:
-    return [x[key] / y[key] for x, y in zip(runs[a], runs[b], strict=True) if y[key]]
+    if a not in runs or b not in runs:
+        return []
+    return [x[key] / y[key] for x, y in zip(runs[a], runs[b], strict=True) if y.get(key)]
 
 
 def _progress(name: str, runs: dict[str, list[dict[str, float]]]) -> str:
-    parts = [f"{t}={_median(r, 'requests_per_s'):,.0f}/s" for t, r in runs.items()]
+    parts = [f"{t}={_median(r, 'requests_per_s'):,.0f}/s" + (f" {_median(r, 'us_per_request'):.1f}us/req"
+                                                               if t != "direct" else "")
+             for t, r in runs.items()]
     ratios = _paired(runs, "w2", "w1")
-    return f"{name:24} " + "  ".join(parts) + f"  w2/w1={statistics.median(ratios):.2f}"
+    return f"{name:24} " + "  ".join(parts) + (f"  w2/w1={statistics.median(ratios):.2f}" if ratios else "")
 
 
 def saturation_markdown(results: dict[str, Any], args: argparse.Namespace) -> str:
@@ -239,13 +286,13 @@ def saturation_markdown(results: dict[str, Any], args: argparse.Namespace) -> st
         for target, samples in runs.items():
             rps = [s["requests_per_s"] for s in samples]
             ratio = (f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)})"
-                     if target == "w2" else "")
+                     if target == "w2" and ratios else "")
             workers = ""
             if target == "w2":
                 count = sum(1 for key in samples[0] if key.endswith("_us_per_request") and key.startswith("worker"))
                 workers = "; ".join(f"w{i}: {_median(samples, f'worker{i}_cores'):.2f}, "
                                     f"{_median(samples, f'worker{i}_us_per_request'):.0f}" for i in range(count))
-            elif target == "w1":
+            elif target != "direct":
                 workers = f"{_median(samples, 'sidecar_cores'):.2f}, {_median(samples, 'us_per_request'):.0f}"
             sidecar_us = f"{_median(samples, 'us_per_request'):.1f}" if target != "direct" else "–"
             sidecar_cores = f"{_median(samples, 'sidecar_cores'):.2f}" if target != "direct" else "–"
@@ -507,7 +554,7 @@ def storm_markdown(results: dict[str, Any], args: argparse.Namespace) -> str:
 
 
 def profile(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
-    """py-spy on worker 0 of a two-worker sidecar under one-record Produce, 16 × 16."""
+    """py-spy on worker 0 of a ``--workers`` sidecar (one process with 1) under one-record Produce, 16 × 16."""
     from tests.bench.profile import py_spy, summarize
 
     out_dir = OUT / "workers-profile"
@@ -515,7 +562,7 @@ def profile(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
     load = next(item for item in LOADS if item.name == "produce-1-16x16")
     with start_broker(logs) as broker:
         create_topic(broker.bootstrap, TOPIC, PARTITIONS)
-        with sidecar(logs, broker, 2) as server:
+        with sidecar(logs, broker, args.workers) as server:
             pid = worker_pids(server)[0]
             raw = out_dir / "produce-1-16x16-worker0.txt"
             spy = subprocess.Popen([py_spy(), "record", "--pid", str(pid), "--rate", "200", "--duration",
@@ -523,13 +570,14 @@ def profile(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
                                     str(raw)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             time.sleep(0.5)
             assert broker.process.pid is not None and server.process.pid is not None
-            measured = measure(server.address, load, [server.process.pid, *worker_pids(server).values()],
+            workers = list(worker_pids(server).values()) if args.workers > 1 else []
+            measured = measure(server.address, load, [server.process.pid, *workers],
                                broker.process.pid, args.generators, args.seconds - 1.0, 0.3)
             _, err = spy.communicate(timeout=args.seconds + 30)
             if spy.returncode != 0 or not raw.exists():
                 raise RuntimeError(f"py-spy failed: {err.decode(errors='replace')}")
     summary = out_dir / "produce-1-16x16-worker0.summary.txt"
-    summary.write_text(f"{load.title}, worker 0 of 2\n\n" + summarize(raw.read_text(), top=40))
+    summary.write_text(f"{load.title}, worker 0 of {args.workers}\n\n" + summarize(raw.read_text(), top=40))
     return {"measured": measured, "summary": str(summary)}
 
 
@@ -548,6 +596,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--limit", type=float, default=20.0)
     parser.add_argument("--storm-seconds", type=float, default=23.0)
+    parser.add_argument("--workers", type=int, default=2, help="profile: sidecar.workers of the profiled sidecar")
+    parser.add_argument("--loads", nargs="*", default=[], help="saturation: these workloads only (names)")
+    parser.add_argument("--targets", nargs="*", default=[],
+                        help="saturation: these targets only (direct socat relay epoll trio w1 w2)")
     args = parser.parse_args(argv)
     if not (0 < args.seconds <= 60 and 1 <= args.repeats <= 10 and 1 <= args.generators <= 8
             and 1 <= args.connections <= 5000 and 0 < args.storm_seconds <= 120 and 0 < args.limit <= 200):
