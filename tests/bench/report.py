@@ -433,22 +433,23 @@ def markdown(document: dict[str, Any], results: Sequence[WorkloadResult]) -> str
     return "\n".join(lines)
 
 
-def update_results_md(path: Path, section: str) -> None:
+def update_results_md(path: Path, section: str, *, begin: str = BEGIN, end: str = END) -> None:
     """Replace this runner's section of ``path`` (between the markers), or append it.
 
     Only text between a begin marker and the end marker after it is replaced; a marker
     left without its partner (a hand edit) is dropped and the section appended, so the
-    other sections are never touched.
+    other sections are never touched. ``begin`` and ``end``: another generator's markers
+    (``tests.bench.sizing`` writes docs/sizing.md's block so).
     """
     text = path.read_text() if path.exists() else "# Benchmark results\n"
-    block = f"{BEGIN}\n{section.rstrip()}\n{END}"
-    start = text.find(BEGIN)
-    end = text.find(END, start + len(BEGIN)) if start >= 0 else -1
-    if start >= 0 and end >= 0:
-        text = text[:start] + block + text[end + len(END) :]
+    block = f"{begin}\n{section.rstrip()}\n{end}"
+    start = text.find(begin)
+    stop = text.find(end, start + len(begin)) if start >= 0 else -1
+    if start >= 0 and stop >= 0:
+        text = text[:start] + block + text[stop + len(end) :]
     else:
-        text = text.replace(BEGIN + "\n", "").replace(BEGIN, "")
-        text = text.replace(END + "\n", "").replace(END, "")
+        text = text.replace(begin + "\n", "").replace(begin, "")
+        text = text.replace(end + "\n", "").replace(end, "")
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
 

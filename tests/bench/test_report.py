@@ -26,3 +26,15 @@ def test_a_dangling_marker_never_swallows_other_sections(tmp_path: Path) -> None
     text = path.read_text()
     assert "## Quotas\nkept" in text
     assert text.count(BEGIN) == 1 and text.endswith(f"new\n{END}\n")
+
+
+def test_another_generators_markers_leave_the_prose_alone(tmp_path: Path) -> None:
+    """docs/sizing.md: prose before and after the block written by tests.bench.sizing."""
+    from tests.bench.sizing import BEGIN as SIZING_BEGIN
+    from tests.bench.sizing import END as SIZING_END
+
+    path = tmp_path / "sizing.md"
+    path.write_text(f"# Sizing\n\nbefore\n\n{SIZING_BEGIN}\nold\n{SIZING_END}\n\nafter\n")
+    update_results_md(path, "new", begin=SIZING_BEGIN, end=SIZING_END)
+    assert path.read_text() == f"# Sizing\n\nbefore\n\n{SIZING_BEGIN}\nnew\n{SIZING_END}\n\nafter\n"
+    assert BEGIN not in path.read_text()
