@@ -95,6 +95,9 @@ class Shape:
             "zookeeper.set.acl": "true",
             "zookeeper.digest.username": ZK_USER,
             "zookeeper.digest.password": ZK_PASSWORD,
+            # Two workers each, as a sidecar given two cores runs (sidecar.workers=0 with no
+            # CPU limit is one process): the shape keeps every process model under test.
+            "sidecar.workers": "2",
             "sidecar.coordinator": "embedded",
             "group.initial.rebalance.delay.ms": "200",
             "group.min.session.timeout.ms": "1000",

@@ -34,6 +34,7 @@ from protocol.scan import (
     TagSection,
     TagSectionFinder,
     TopArray,
+    before_tags,
     message_end,
     plan,
     response_header_size,
@@ -429,3 +430,25 @@ def test_a_walker_is_made_once_per_plan_and_reads_long_lengths() -> None:
     body = {"Responses": [{"Name": "t" * 200, "PartitionResponses": []}], "ThrottleTimeMs": 0}
     wire = encode(PRODUCE.response, 10, body)
     assert walker(steps)(memoryview(wire), 0, len(wire)) == len(wire) == walk(steps, memoryview(wire), 0, len(wire))
+
+
+def test_a_nullable_struct_cut_before_its_marker_is_refused_alike() -> None:
+    """KIP-893: ConsumerGroupHeartbeatResponse v0 ends with the nullable Assignment; a body
+    cut right before its marker byte is truncated for walk() and the walker alike."""
+    spec = DEFAULT_REGISTRY.api(68).response
+    steps = plan(spec, 0)
+    body = encode(spec, 0, {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "MemberId": "m",
+                            "MemberEpoch": 1, "HeartbeatIntervalMs": 5000, "Assignment": None})
+    marker_at = len(body) - 2  # the Assignment's marker (0xff: null), then the top-level tags
+    assert body[marker_at] == 0xFF
+    for cut in (body[:marker_at], body):
+        assert _walked(walker, steps, cut) == _walked(None, steps, cut)
+    assert _walked(None, steps, body[:marker_at]) == (Truncated, "needed 1 byte(s), only 0 left")
+
+
+def test_before_tags_is_none_where_a_version_has_no_tag_section() -> None:
+    assert before_tags(PRODUCE.response, 8) is None
+    found = before_tags(PRODUCE.response, 9)
+    assert found is not None
+    wire = encode(PRODUCE.response, 9, {"Responses": [], "ThrottleTimeMs": 0})
+    assert found(memoryview(wire), 0, len(wire)) == len(wire) - 1  # the empty section's count
