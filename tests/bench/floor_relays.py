@@ -26,7 +26,7 @@ import select
 import socket
 import sys
 
-LOOPBACK = "127.0.0.1"
+from tests.bench.relay import LOOPBACK, accept_pair
 
 
 def serve_epoll(port: int, upstream: tuple[str, int]) -> None:
@@ -42,14 +42,11 @@ def serve_epoll(port: int, upstream: tuple[str, int]) -> None:
     while True:
         for fd, _ in poller.poll():
             if fd == listener.fileno():
-                client, _ = listener.accept()
-                try:
-                    broker = socket.create_connection(upstream)
-                except OSError:
-                    client.close()
+                pair = accept_pair(listener, upstream)
+                if pair is None:
                     continue
-                for sock in (client, broker):
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                client, broker = pair
+                for sock in pair:
                     sock.setblocking(False)
                     sockets[sock.fileno()] = sock
                     poller.register(sock.fileno(), select.EPOLLIN)

@@ -271,10 +271,15 @@ def run_spread(address: str, frames: Sequence[bytes] | Callable[[int], Sequence[
             requests, cpu = requests + value[0], cpu + value[1]
             sample = sample or value[2]
     finally:
-        for child, pipe in children:
-            child.join(5)
-            if child.is_alive():
-                child.kill()
-                child.join(5)
-            pipe.close()
+        reap(children)
     return SpreadResult(requests, duration, cpu, sample)
+
+
+def reap(children: Sequence[tuple[Any, Any]]) -> None:
+    """Join forked load processes (killed if still alive 5 s on) and close their pipes."""
+    for child, pipe in children:
+        child.join(5)
+        if child.is_alive():
+            child.kill()
+            child.join(5)
+        pipe.close()

@@ -29,6 +29,20 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
+def accept_pair(server: socket.socket, upstream: tuple[str, int]) -> tuple[socket.socket, socket.socket] | None:
+    """The next client and a new connection to ``upstream`` for it, both without Nagle's
+    delay; ``None`` (the client closed) when the upstream cannot be reached."""
+    client, _ = server.accept()
+    try:
+        broker = socket.create_connection(upstream)
+    except OSError:
+        client.close()
+        return None
+    for sock in (client, broker):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return client, broker
+
+
 def serve(listen_port: int, upstream: tuple[str, int]) -> None:
     """Accept forever; each client gets its own upstream connection and two threads."""
     server = socket.socket()
@@ -36,14 +50,10 @@ def serve(listen_port: int, upstream: tuple[str, int]) -> None:
     server.bind((LOOPBACK, listen_port))
     server.listen(1024)
     while True:
-        client, _ = server.accept()
-        try:
-            broker = socket.create_connection(upstream)
-        except OSError:
-            client.close()
+        pair = accept_pair(server, upstream)
+        if pair is None:
             continue
-        for sock in (client, broker):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client, broker = pair
         threading.Thread(target=_pipe, args=(client, broker), daemon=True).start()
         threading.Thread(target=_pipe, args=(broker, client), daemon=True).start()
 

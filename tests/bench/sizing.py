@@ -66,6 +66,7 @@ from tests.bench.kafka import (
     request,
     response_body,
 )
+from tests.bench.pipeline import reap
 from tests.bench.report import machine, update_results_md
 from tests.bench.runner import hidden_half, rotated
 from tests.bench.stack import BENCH_ACLS, SIDECAR_KEYS, seed_acls
@@ -391,12 +392,7 @@ def open_loop_spread(address: str, frames: Callable[[int], Callable[[int], bytes
                 raise RuntimeError(f"open-loop client failed: {value}")
             rtts.extend(value)
     finally:
-        for child, pipe in children:
-            child.join(5)
-            if child.is_alive():
-                child.kill()
-                child.join(5)
-            pipe.close()
+        reap(children)
     return rtts
 
 
