@@ -55,3 +55,56 @@ def test_a_floor_relay_copies_both_ways_unchanged(kind: str) -> None:
         relay.kill()
         relay.wait(5)
         echo.close()
+
+
+def test_the_lane_forwards_a_produce_and_passes_its_answer_back_unchanged() -> None:
+    """``lane``: the sidecar's Connection methods on an epoll loop, in front of a socket
+    that answers one Produce v10 with a canned answer of the same correlation id."""
+    from protocol.apis import DEFAULT_REGISTRY
+    from protocol.framing import size_prefix
+    from protocol.headers import encode_response_header
+    from protocol.schema import encode
+    from tests.bench.kafka import produce_request, record_batch
+
+    answer_body = encode(DEFAULT_REGISTRY.api(0).response, 10, {"Responses": [], "ThrottleTimeMs": 0})
+    answer = encode_response_header(7, 1) + answer_body
+    framed_answer = size_prefix(len(answer)) + answer
+    request = produce_request(7, "t", record_batch(1), 1, partition=0)
+    broker = socket.create_server(("127.0.0.1", 0))
+    got: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = broker.accept()
+        with conn:
+            data = b""
+            while len(data) < len(request):
+                data += conn.recv(65536)
+            got.append(data)
+            conn.sendall(framed_answer)
+            conn.recv(1)  # until the lane closes
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = free_port("127.0.0.1")
+    lane = subprocess.Popen([sys.executable, "-m", "tests.bench.floor_relays", "lane", str(port), "127.0.0.1",
+                             str(broker.getsockname()[1])], cwd=ROOT)
+    try:
+        for _ in range(200):
+            try:
+                client = socket.create_connection(("127.0.0.1", port), timeout=5)
+                break
+            except OSError:
+                threading.Event().wait(0.05)
+        else:
+            pytest.fail("the lane did not listen")
+        with client:
+            client.sendall(request)
+            received = b""
+            while len(received) < len(framed_answer):
+                chunk = client.recv(65536)
+                assert chunk, "the lane closed"
+                received += chunk
+        assert received == framed_answer and got == [request]
+    finally:
+        lane.kill()
+        lane.wait(5)
+        broker.close()
