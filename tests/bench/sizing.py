@@ -607,10 +607,6 @@ def coordinator(plan: Plan, logs: Path, zookeeper: ZooKeeperServer) -> dict[str,
                 out[f"heartbeats_w{workers}"] = trio.run(heartbeat_bench.bench, server.port, server.process.pid,
                                                          server.metrics_url, beat_topic, beat_partitions, beats)
                 r = out[f"heartbeats_w{workers}"]
-                # heartbeat_bench divides by its whole window, which begins with a 2 s settle
-                # whose heartbeats it does not count; the CPU share over that window is a
-                # steady rate, the heartbeats are counted over the timed seconds only.
-                r["heartbeats_per_s"] = r["heartbeats"] / plan.heartbeat_seconds
                 print(f"heartbeats w{workers}: {r['heartbeats_per_s']:,.0f}/s at {r['sidecar_cpu_share']:.2f} "
                       f"sidecar cores, p99 {r['p99_ms']:.2f} ms", flush=True)
     out.update(members=plan.members, group_size=plan.group_size, heartbeat_ms=plan.heartbeat_ms,
