@@ -122,11 +122,8 @@ class SocketWire(Wire):
             self._drained = False
             waited = await self._wait_readable()
         while not self._interrupted:
-            fd = self._sock.fileno()
-            if fd < 0:
-                raise trio.ClosedResourceError("the socket was closed")
             try:
-                data = os.read(fd, max_bytes)
+                data = os.read(self._fd(), max_bytes)
             except BlockingIOError:
                 pass  # wait below, outside the handler: not holding the error and its traceback
             except OSError as exc:

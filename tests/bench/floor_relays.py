@@ -37,17 +37,20 @@ import socket
 import sys
 from typing import Any
 
-from tests.bench.relay import LOOPBACK, accept_pair
+from tests.bench.relay import LOOPBACK, accept_pair, listen
+
+
+def _polled(port: int) -> tuple[socket.socket, select.epoll]:
+    """A loopback listener on ``port`` and an epoll that watches it."""
+    listener = listen(port)
+    poller = select.epoll()
+    poller.register(listener.fileno(), select.EPOLLIN)
+    return listener, poller
 
 
 def serve_epoll(port: int, upstream: tuple[str, int]) -> None:
     """The one-thread epoll relay."""
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((LOOPBACK, port))
-    listener.listen(1024)
-    poller = select.epoll()
-    poller.register(listener.fileno(), select.EPOLLIN)
+    listener, poller = _polled(port)
     peers: dict[int, int] = {}
     sockets: dict[int, socket.socket] = {}
     while True:
@@ -180,12 +183,7 @@ def serve_lane(port: int, upstream: tuple[str, int]) -> None:
         return True
 
     async def loop() -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((LOOPBACK, port))
-        listener.listen(1024)
-        poller = select.epoll()
-        poller.register(listener.fileno(), select.EPOLLIN)
+        listener, poller = _polled(port)
         sides: dict[int, Any] = {}
         peers: dict[int, int] = {}
         kept: dict[int, socket.socket] = {}
@@ -231,6 +229,6 @@ def serve_lane(port: int, upstream: tuple[str, int]) -> None:
 
 
 if __name__ == "__main__":
-    kind, listen, host, upstream_port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    kind, listen_port, host, upstream_port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     serve = {"epoll": serve_epoll, "trio": serve_trio, "lane": serve_lane}[kind]
-    serve(listen, (host, upstream_port))
+    serve(listen_port, (host, upstream_port))

@@ -29,6 +29,15 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
+def listen(port: int) -> socket.socket:
+    """A listening socket on the loopback ``port``."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((LOOPBACK, port))
+    server.listen(1024)
+    return server
+
+
 def accept_pair(server: socket.socket, upstream: tuple[str, int]) -> tuple[socket.socket, socket.socket] | None:
     """The next client and a new connection to ``upstream`` for it, both without Nagle's
     delay; ``None`` (the client closed) when the upstream cannot be reached."""
@@ -45,10 +54,7 @@ def accept_pair(server: socket.socket, upstream: tuple[str, int]) -> tuple[socke
 
 def serve(listen_port: int, upstream: tuple[str, int]) -> None:
     """Accept forever; each client gets its own upstream connection and two threads."""
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind((LOOPBACK, listen_port))
-    server.listen(1024)
+    server = listen(listen_port)
     while True:
         pair = accept_pair(server, upstream)
         if pair is None:

@@ -16,6 +16,16 @@ from tests.bench.hop_micro import measure
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _connect(port: int, what: str) -> socket.socket:
+    """A connection to ``port`` once the process started there listens (10 s at most)."""
+    for _ in range(200):
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError:
+            threading.Event().wait(0.05)
+    pytest.fail(f"{what} did not listen")
+
+
 def test_the_harness_forwards_every_request_and_answers_each() -> None:
     # measure() asserts every request was forwarded and every slot answered.
     assert measure(rounds=5, per_pass=4) > 0
@@ -37,15 +47,7 @@ def test_a_floor_relay_copies_both_ways_unchanged(kind: str) -> None:
     relay = subprocess.Popen([sys.executable, "-m", "tests.bench.floor_relays", kind, str(port), "127.0.0.1",
                               str(upstream_port)], cwd=ROOT)
     try:
-        for _ in range(100):
-            try:
-                client = socket.create_connection(("127.0.0.1", port), timeout=5)
-                break
-            except OSError:
-                threading.Event().wait(0.05)
-        else:
-            pytest.fail(f"the {kind} relay did not listen")
-        with client:
+        with _connect(port, f"the {kind} relay") as client:
             client.sendall(b"abcdef")
             got = b""
             while len(got) < 6:
@@ -88,15 +90,7 @@ def test_the_lane_forwards_a_produce_and_passes_its_answer_back_unchanged() -> N
     lane = subprocess.Popen([sys.executable, "-m", "tests.bench.floor_relays", "lane", str(port), "127.0.0.1",
                              str(broker.getsockname()[1])], cwd=ROOT)
     try:
-        for _ in range(200):
-            try:
-                client = socket.create_connection(("127.0.0.1", port), timeout=5)
-                break
-            except OSError:
-                threading.Event().wait(0.05)
-        else:
-            pytest.fail("the lane did not listen")
-        with client:
+        with _connect(port, "the lane") as client:
             client.sendall(request)
             received = b""
             while len(received) < len(framed_answer):
