@@ -120,6 +120,16 @@ class AcceptGate:
         self._ip_counts: dict[str, int] = {}
         self.total = 0
 
+    def reconfigure(self, config: GateConfig) -> None:
+        """New limits (a reload): what was measured is kept, the quotas change from now on.
+        ``config.rate`` (the sample windows) must be the one in force."""
+        self.config = config
+        self.sidecar.quota = config.sidecar_rate
+        self.sidecar.smooth = config.smoothing
+        for name, state in self._listeners.items():
+            state.rate.quota = config.listener_rates.get(name)
+            state.rate.smooth = config.smoothing
+
     def _listener(self, name: str) -> _ListenerState:
         state = self._listeners.get(name)
         if state is None:

@@ -573,6 +573,14 @@ KEYS: tuple[Key, ...] = (
         "wins: `RULE:<pattern>/<replacement>/` (optionally `L` or `U` after it) or `DEFAULT` (the whole subject), "
         "comma-separated. No match fails the connection's authentication (docs/authentication.md).",
         _str, "comma-separated `RULE:…/…/[LU]`, `DEFAULT`"),
+    Key("ssl.allow.dn.changes", "bool", "false",
+        "On a reload (docs/operations.md, \"Reloading\"): accept a new server certificate whose subject "
+        "differs from the one in force (Kafka's key). False: such a reload changes nothing and says why.",
+        _bool, "true|false"),
+    Key("ssl.allow.san.changes", "bool", "false",
+        "On a reload: accept a new server certificate that drops a subject alternative name of the one "
+        "in force (Kafka's key; names may be added either way). False: such a reload changes nothing.",
+        _bool, "true|false"),
     Key("max.connection.creation.rate", "int", _NO_LIMIT,
         "KIP-612: connections accepted per second, sidecar-wide (all listeners but "
         "`inter.broker.listener.name`). Over it the acceptor waits (never drops). "
@@ -704,6 +712,14 @@ KEYS: tuple[Key, ...] = (
         "Password of the control connection's user (never logged).", _str),
     Key("sidecar.log.level", "enum", "info", "Log level.",
         _choice("debug", "info", "warning", "error"), "debug|info|warning|error"),
+    Key("sidecar.config.watch.ms", "int", "1000",
+        "How often the sidecar looks for a change in the files it was configured from: the "
+        "properties file, every keystore and truststore it names and the PLAIN users file (a "
+        "mounted Secret's symlink swap included); a change reloads (docs/operations.md, "
+        "\"Reloading\"). 0: only SIGHUP and `ksidecar reload` reload.", _int(0), ">= 0"),
+    Key("sidecar.pid.file", "path", "",
+        "Where `ksidecar run` writes its process id (removed at exit), for `ksidecar reload` and "
+        "other tools that signal it. Empty: none.", _str),
     # Request filters (docs/filters.md). Filters also get every other filter.* key.
     Key("filter.class.names", "list", "",
         "Request filters to run, in order, after the built-in ones (the unparsed-request policy, "
@@ -816,8 +832,53 @@ LISTENER_KEYS = (
     "ssl.truststore.location",
     "ssl.client.auth",
     "ssl.principal.mapping.rules",
+    "ssl.allow.dn.changes",
+    "ssl.allow.san.changes",
     "sasl.enabled.mechanisms",
 )
+
+#: The keys a reload changes in a running sidecar (docs/operations.md, "Reloading"); a
+#: change to any other key is applied at the next restart, and a reload names it. Open-ended
+#: families: ``filter.*`` reload; ``listener.name.<l>.<key>`` as ``<key>`` does;
+#: ``tag.*`` and ``observer.*`` need a restart.
+LIVE_KEYS = frozenset({
+    # TLS: server certificates and trusted CAs, per listener; ZooKeeper's for new sessions
+    "ssl.keystore.location", "ssl.key.password", "ssl.truststore.location", "ssl.client.auth",
+    "ssl.principal.mapping.rules", "ssl.allow.dn.changes", "ssl.allow.san.changes",
+    "zookeeper.ssl.keystore.location", "zookeeper.ssl.keystore.password",
+    "zookeeper.ssl.truststore.location", "zookeeper.ssl.truststore.password",
+    "zookeeper.ssl.endpoint.identification.enable",
+    # who may do what
+    "super.users", "allow.everyone.if.no.acl.found",
+    "sasl.enabled.mechanisms", "sidecar.sasl.plain.users.file", "sidecar.sasl.scram.nonce.check",
+    "connections.max.reauth.ms", "connection.failed.authentication.delay.ms",
+    # request filters and the built-in policy
+    "filter.class.names", "policy.mode", "policy.client.id.pattern", "policy.acks.all.topics.pattern",
+    "policy.produce.max.records", "policy.produce.max.bytes", "policy.compression.types.refused",
+    "policy.create.topics.partitions.min", "policy.create.topics.partitions.max",
+    "policy.create.topics.replication.factor.min", "policy.create.topics.name.pattern",
+    # connection admission (KIP-612, KIP-402)
+    "max.connection.creation.rate", "max.connections", "max.connections.per.ip",
+    "max.connections.per.ip.overrides", "sidecar.connection.rate.smoothing",
+    "sidecar.ip.connection.creation.rate", "sidecar.ip.connection.creation.rate.overrides",
+    # timeouts and limits (new connections; idle and read timeouts for every connection)
+    "socket.request.max.bytes", "socket.request.read.timeout.ms", "sidecar.response.max.bytes",
+    "connections.max.idle.ms", "sidecar.max.in.flight.requests.per.connection",
+    "sidecar.max.buffered.bytes.per.connection", "sidecar.unsupported.request.policy",
+    "sidecar.shutdown.drain.ms",
+    # the process itself
+    "sidecar.log.level", "sidecar.config.watch.ms",
+})
+
+
+def is_live(name: str) -> bool:
+    """True when a change to key ``name`` (a fixed key or one of an open-ended family)
+    takes effect on a reload; false when it waits for a restart."""
+    if name.startswith("filter."):
+        return True
+    if name.startswith("listener.name."):
+        return name[len("listener.name."):].partition(".")[2] in LIVE_KEYS
+    return name in LIVE_KEYS
 
 
 @dataclass(frozen=True)
@@ -861,8 +922,10 @@ class SidecarConfig:
         return self.listener_overrides.get(listener, {}).get(key, self.values[key])
 
 
-def build_config(raw: Mapping[str, str]) -> SidecarConfig:
-    """Validate raw key/values (after overrides) into a :class:`SidecarConfig`."""
+def build_config(raw: Mapping[str, str], *, warn_unknown: bool = True) -> SidecarConfig:
+    """Validate raw key/values (after overrides) into a :class:`SidecarConfig`; an unknown
+    key is logged (``warn_unknown``: a worker given its supervisor's configuration does not
+    say it again) and ignored."""
     values: dict[str, Any] = {}
     tags: dict[str, str] = {}
     overrides: dict[str, dict[str, Any]] = {}
@@ -883,7 +946,7 @@ def build_config(raw: Mapping[str, str]) -> SidecarConfig:
                     f"{name}: {sub_key!r} cannot be set per listener (allowed: {', '.join(LISTENER_KEYS)})"
                 )
             overrides.setdefault(listener.upper(), {})[sub_key] = _BY_NAME[sub_key].read(value)
-        else:
+        elif warn_unknown:
             log.warning("ignoring unknown configuration key %s", name)
     for key in KEYS:
         if key.name in raw:
@@ -1054,13 +1117,19 @@ def reference_markdown() -> str:
         "`listener.name.<listener>.<key>` for " + ", ".join(f"`{k}`" for k in LISTENER_KEYS) + ",",
         "`observer.<key>` (handed to observers) and `filter.<key>` (handed to request filters).",
         "",
-        "| key | type | default | allowed | meaning |",
-        "|---|---|---|---|---|",
+        "Reload: `live` keys change in a running sidecar on a reload (SIGHUP, `ksidecar reload`, a",
+        "changed file; docs/operations.md, \"Reloading\"); `restart` keys wait for the next start.",
+        "`filter.*` keys are live, `tag.*` and `observer.*` keys need a restart.",
+        "",
+        "| key | type | default | allowed | reload | meaning |",
+        "|---|---|---|---|---|---|",
     ]
     for key in KEYS:
         default = "(required)" if key.default is None else (f"`{key.default}`" if key.default else "(empty)")
         allowed = (key.allowed or key.kind).replace("|", "\\|")  # a bare | would split the cell
-        lines.append(f"| `{key.name}` | {key.kind} | {default} | {allowed} | {key.doc.replace('|', chr(92) + '|')} |")
+        reload = "live" if key.name in LIVE_KEYS else "restart"
+        lines.append(f"| `{key.name}` | {key.kind} | {default} | {allowed} | {reload} | "
+                     f"{key.doc.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"
 
 

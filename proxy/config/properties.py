@@ -109,6 +109,11 @@ def parse_properties(
     return result
 
 
+def text_line(data: bytes, offset: int) -> int:
+    """The 1-based line of ``data`` that byte ``offset`` is on."""
+    return data.count(b"\n", 0, offset) + 1
+
+
 def read_properties(path: str, *, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Read and parse a properties file (UTF-8)."""
     try:
@@ -116,4 +121,8 @@ def read_properties(path: str, *, environ: Mapping[str, str] | None = None) -> d
             text = handle.read()
     except OSError as exc:
         raise PropertiesError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = text_line(exc.object, exc.start)
+        raise PropertiesError(f"{path}:{line}: not UTF-8 (byte {exc.object[exc.start]:#04x} at offset "
+                              f"{exc.start})") from None
     return parse_properties(text, environ=environ, source=path)

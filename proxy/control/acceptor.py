@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import ssl
 from typing import Protocol
 
 import trio
@@ -47,10 +46,8 @@ class Admitting(Protocol):
         """Wait until some admitted connection closes (``max.connections``)."""
         ...
 
-    async def serve_connection(
-        self, stream: trio.SocketStream, listener: str, context: ssl.SSLContext | None, ip: str
-    ) -> None:
-        """Serve one admitted connection."""
+    async def serve_connection(self, stream: trio.SocketStream, listener: str, ip: str) -> None:
+        """Serve one admitted connection (over the listener's TLS context as it is then)."""
         ...
 
 
@@ -58,7 +55,6 @@ async def serve_listener(
     sidecar: Admitting,
     listener: str,
     sockets: list[trio.SocketListener],
-    context: ssl.SSLContext | None,
     connections: trio.Nursery,
 ) -> None:
     """Accept on every socket of ``listener`` and admit through its gate until cancelled."""
@@ -67,7 +63,7 @@ async def serve_listener(
         async with trio.open_nursery() as nursery:
             for socket_listener in sockets:
                 nursery.start_soon(_accept_loop, sidecar, listener, socket_listener, send.clone(), connections)
-            nursery.start_soon(_admit_loop, sidecar, listener, receive, context, connections)
+            nursery.start_soon(_admit_loop, sidecar, listener, receive, connections)
     finally:
         # Cancelled (drain or stop): sockets still waiting for admission are closed.
         while True:
@@ -121,7 +117,6 @@ async def _admit_loop(
     sidecar: Admitting,
     listener: str,
     queue: trio.MemoryReceiveChannel[tuple[trio.SocketStream, str]],
-    context: ssl.SSLContext | None,
     connections: trio.Nursery,
 ) -> None:
     """Admit queued sockets in order under the sidecar-wide and listener quotas."""
@@ -142,7 +137,7 @@ async def _admit_loop(
         if blocked_ms > 0:
             gate.note_blocked(listener, blocked_ms)
         if gate.admit_ip(listener, ip).verdict is Verdict.ACCEPT:
-            connections.start_soon(sidecar.serve_connection, stream, listener, context, ip)
+            connections.start_soon(sidecar.serve_connection, stream, listener, ip)
             continue
         metrics.connections_closed.labels(listener, Verdict.TOO_MANY.value).inc()
         await trio.aclose_forcefully(stream)

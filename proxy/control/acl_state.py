@@ -60,6 +60,13 @@ class AclState:
         authorizer = self._authorizer
         return {n for n in names if authorizer.authorize(principal, host, Operation.DESCRIBE, ResourceType.TOPIC, n)}
 
+    def configure(self, *, super_users: frozenset[str], allow_if_no_acl: bool) -> None:
+        """``super.users`` and ``allow.everyone.if.no.acl.found`` (a reload): the next
+        authorization uses them."""
+        self.super_users = super_users
+        self.allow_if_no_acl = allow_if_no_acl
+        self._authorizer = self._over(self._authorizer.acls)
+
     def _over(self, index: AclIndex) -> Authorizer:
         return Authorizer(index, super_users=self.super_users, allow_if_no_acl=self.allow_if_no_acl,
                           open_keys=self.open_keys)

@@ -196,6 +196,7 @@ def _serve_forks(sock: socket.socket, config: SidecarConfig) -> None:  # pragma:
     set_process_name(FORK_SERVER_NAME)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when its workers stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a reload is the supervisor's
     with selectors.DefaultSelector() as selector:
         selector.register(sock, selectors.EVENT_READ, None)
         while True:

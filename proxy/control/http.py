@@ -1,12 +1,15 @@
-"""The sidecar's small HTTP endpoint: ``/metrics``, ``/healthz`` and ``/readyz``.
+"""The sidecar's small HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz`` and
+``POST /-/reload``.
 
-Deliberately minimal (one request per connection, GET only, bounded request size and
-time): it serves Prometheus and Kubernetes probes, nothing else.
+Deliberately minimal (one request per connection, bounded request size and time): it
+serves Prometheus, Kubernetes probes and ``ksidecar reload`` (Prometheus's own path for the
+same act), nothing else. A reload only reads again the files the sidecar was started with.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
@@ -18,6 +21,11 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST = 8192
 REQUEST_TIMEOUT = 5.0
+#: How long a ``POST /-/reload`` may take (a supervisor waits up to 10 s for each worker).
+RELOAD_TIMEOUT = 60.0
+
+#: Runs a reload for ``trigger``; whether it was applied, and the answer's JSON body.
+ReloadHook = Callable[[str], Awaitable[tuple[bool, bytes]]]
 
 
 class Probed(Protocol):
@@ -36,6 +44,11 @@ class Probed(Protocol):
         """Bring gauges up to date before ``/metrics`` is rendered."""
         ...
 
+    @property
+    def reload_hook(self) -> ReloadHook | None:
+        """What ``POST /-/reload`` runs (``None``: reloading is not offered here)."""
+        ...
+
 
 def _response(status: str, content_type: str, body: bytes) -> bytes:
     head = (
@@ -48,6 +61,14 @@ def _response(status: str, content_type: str, body: bytes) -> bytes:
 async def route(sidecar: Probed, method: str, path: str) -> bytes:
     """The whole HTTP response for one request line."""
     path = path.split("?", 1)[0]
+    if path == "/-/reload":
+        hook = sidecar.reload_hook
+        if method != "POST":
+            return _response("405 Method Not Allowed", "text/plain", b"POST only\n")
+        if hook is None:
+            return _response("404 Not Found", "text/plain", b"this process does not reload\n")
+        applied, body = await hook("ksidecar reload")
+        return _response("200 OK" if applied else "500 Internal Server Error", "application/json", body)
     if method not in ("GET", "HEAD"):
         return _response("405 Method Not Allowed", "text/plain", b"GET only\n")
     if path == "/metrics":
@@ -76,11 +97,12 @@ async def _serve_one(sidecar: Probed, stream: trio.abc.Stream) -> None:
         if len(line) < 2:
             await stream.send_all(_response("400 Bad Request", "text/plain", b"bad request\n"))
         else:
-            response = await route(sidecar, line[0], line[1])
+            with trio.fail_after(RELOAD_TIMEOUT):
+                response = await route(sidecar, line[0], line[1])
             if line[0] == "HEAD":  # the same head, no body (RFC 9110, 9.3.2)
                 response = response.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
             await stream.send_all(response)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError):
         pass
     finally:
         await trio.aclose_forcefully(stream)

@@ -31,6 +31,12 @@ class IpQuotas:
         self.current: Snapshot = {}
         self.store = IpQuotaStore(zk.client, zk.deliver(self.install)) if zk is not None else None
 
+    def configure(self, default_rate: float, overrides: Mapping[str, float]) -> None:
+        """The key table's default and overrides (a reload); ZooKeeper's quotas still come
+        first."""
+        self.default_rate = default_rate
+        self.overrides = dict(overrides)
+
     @property
     def can_write(self) -> bool:
         """True when quotas live in ZooKeeper."""

@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import logging
 import ssl
+import weakref
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -23,6 +24,7 @@ from coordinator.features import parse_supported_override, supported_features
 from protocol.apis import ApiRegistry
 from protocol.leniency import RESPONSE, Leniency
 from proxy.auth.gate import ListenerAuth
+from proxy.auth.principal_mapping import PrincipalMapper
 from proxy.config import Endpoint, HostPort, SidecarConfig
 from proxy.config.keys import filter_entries
 from proxy.config.settings import (
@@ -38,7 +40,7 @@ from proxy.control.client_quota_state import BROKER, ClientQuotaState
 from proxy.control.features_state import FeatureState
 from proxy.control.gate_config import gate_config
 from proxy.control.groups import GroupService
-from proxy.control.http import serve_http
+from proxy.control.http import ReloadHook, serve_http
 from proxy.control.identity import Brokers, Identity, OwnAddressFirst
 from proxy.control.jwks import JwksFetcher, JwksSettings, token_rules
 from proxy.control.observing import load_hub, run_hub
@@ -47,8 +49,10 @@ from proxy.control.quota_state import IpQuotas
 from proxy.control.registration import Registration
 from proxy.control.tls import (
     PrincipalMappingFailed,
+    ServerTls,
+    check_certificate_change,
     listener_principal_mapper,
-    listener_ssl_context,
+    listener_tls,
     tls_principal,
     upstream_ssl_context,
 )
@@ -67,7 +71,7 @@ from proxy.datapath.authorize import Authorization
 from proxy.datapath.client_quota import ClientQuotaFilter
 from proxy.datapath.connection import Connection, Parts
 from proxy.datapath.dispatch import Dispatch, Gate, RequestFilter
-from proxy.datapath.filters import FilterMetrics, load_filters
+from proxy.datapath.filters import FilterMetrics, LoadedFilter, load_filters
 from proxy.datapath.idle import IdleSweeper
 from proxy.datapath.memory import RequestMemory
 from proxy.datapath.metrics import SidecarMetrics
@@ -167,16 +171,22 @@ class Sidecar:
         self.bound = self.identity.bound
         self.connections: set[Connection] = set()
         self.metrics_address: HostPort | None = None
+        #: What ``POST /-/reload`` runs (set by ``ksidecar run``; ``None``: not offered).
+        self.reload_hook: ReloadHook | None = None
         self.draining = False
         self.gate = AcceptGate(gate_config(config), self.ip_quotas.rate_for)
         self._listener_scopes: list[trio.CancelScope] = []
         self._unmapped_logged: set[tuple[str, int]] = set()
         self._slot_freed = trio.Event()
         self._parts: dict[str, Parts] = {}
-        self._tls_contexts: dict[str, ssl.SSLContext | None] = {}
+        #: Every listener's dispatch still serving a connection: a reload gives each the new
+        #: filters (the connections built before it keep their other parts).
+        self._dispatches: weakref.WeakSet[Dispatch] = weakref.WeakSet()
+        #: Each SSL listener's server context, built at start (a certificate that does not
+        #: load: no start) and again on each reload, so that every process serves the same.
+        self._tls: dict[str, ServerTls] = _listeners_tls(config)
         #: ``ssl.principal.mapping.rules`` of each SSL listener, parsed once (bad rules: no start).
-        self._principal_mappers = {e.name: m for e in config.listeners
-                                   if (m := listener_principal_mapper(config, e.name)) is not None}
+        self._principal_mappers = _principal_mappers(config)
         register_quota_metrics(self.metrics.registry, self.gate, [e.name for e in config.listeners])
         self.sasl_lenient = Counter(
             "ksidecar_sasl_lenient_logins", "SASL logins that succeeded only under a rule looser "
@@ -216,10 +226,9 @@ class Sidecar:
         self.authorization = None if self.acls is None else Authorization(
             self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow",
             leniency=self.leniency)
+        self._filter_metrics = FilterMetrics(self.metrics.registry)
         #: The operators' request filters (``filter.class.names``), in order, shared by every listener.
-        self.filters = () if role is Role.SUPERVISOR else tuple(load_filters(
-            config["filter.class.names"], filter_entries(config), self.registry, FilterMetrics(self.metrics.registry),
-            leniency=self.leniency))
+        self.filters: tuple[LoadedFilter, ...] = () if role is Role.SUPERVISOR else self._load_filters(config)
         if self.zk is not None:
             override: str = config["sidecar.features.supported.override"]
             supported = (parse_supported_override(override) if override else
@@ -324,6 +333,11 @@ class Sidecar:
         """The registry ``/metrics`` exports."""
         return self.metrics.registry
 
+    @property
+    def own_registry(self) -> CollectorRegistry:
+        """The registry this process's own collectors go in (here, the one exported)."""
+        return self.metrics.registry
+
     async def before_scrape(self) -> None:
         """Bring the upstream gauge up to date."""
         self.metrics.upstream_up.set(1 if self.upstream.healthy else 0)
@@ -399,7 +413,63 @@ class Sidecar:
                               unsupported_policy=self.connection_settings.unsupported_policy,
                               throttles=bool(self._quota_filters)),
         )
+        assert parts.dispatch is not None  # given above
+        self._dispatches.add(parts.dispatch)
         return parts
+
+    def _load_filters(self, config: SidecarConfig, *, again: bool = False) -> tuple[LoadedFilter, ...]:
+        return tuple(load_filters(config["filter.class.names"], filter_entries(config), self.registry,
+                                  self._filter_metrics, leniency=self.leniency, reload_modules=again))
+
+    # -- reloading (proxy.control.reload) ---------------------------------------------------
+
+    def prepare_reload(self, config: SidecarConfig) -> PreparedReload:
+        """Build every part a reload to ``config`` changes, without putting any in force:
+        each SSL listener's context from its files as they are now (held to Kafka's rules
+        for a changed certificate), the principal mapping rules, the request filters
+        (their modules imported again and configured; a supervisor builds them only to
+        check them). Raises :class:`~proxy.config.ConfigError` saying why: then nothing
+        changes."""
+        tls = _listeners_tls(config)
+        for listener, new in tls.items():
+            old = self._tls.get(listener)
+            if old is not None:
+                check_certificate_change(config, listener, old, new)
+        mappers = _principal_mappers(config)
+        filters = self._load_filters(config, again=True)
+        return PreparedReload(config=config, tls=tls, mappers=mappers,
+                              filters=() if self.role is Role.SUPERVISOR else filters)
+
+    async def apply_reload(self, config: SidecarConfig) -> None:
+        """A single process's reload (:class:`proxy.control.reload.Reloading`): prepare,
+        then commit."""
+        self.commit_reload(self.prepare_reload(config))
+
+    def commit_reload(self, prepared: PreparedReload) -> None:
+        """Put a prepared reload in force, at once (nothing here can fail): new connections
+        get every new value, connections already open the new request filters from their
+        next request (a request already decided finishes as it was decided), and the idle
+        and read timeouts."""
+        config = self.config = prepared.config
+        self._tls = prepared.tls
+        self._principal_mappers = prepared.mappers
+        self.filters = prepared.filters
+        self.connection_settings = ConnectionSettings.from_config(config)
+        self.idle.configure(self.connection_settings.idle_timeout, self.connection_settings.request_read_timeout)
+        self._parts = {}  # new connections: new settings, SASL mechanisms and users file
+        chain = (*self._quota_filters, *self.filters)
+        for dispatch in list(self._dispatches):
+            dispatch.replace_filters(chain)
+        self.gate.reconfigure(gate_config(config))
+        self.ip_quotas.configure(config["sidecar.ip.connection.creation.rate"],
+                                 config["sidecar.ip.connection.creation.rate.overrides"])
+        self.ports = dataclasses.replace(self.ports, super_users=config["super.users"])
+        if self.acls is not None:
+            self.acls.configure(super_users=config["super.users"],
+                                allow_if_no_acl=config["allow.everyone.if.no.acl.found"])
+        if self.zk is not None:
+            self.zk.use_tls(ZkSecurity.from_values(config.values))
+        logging.getLogger().setLevel(config["sidecar.log.level"].upper())
 
     @property
     def _quota_filters(self) -> tuple[RequestFilter, ...]:
@@ -511,8 +581,6 @@ class Sidecar:
                 await self.zk.close()
 
     async def _accept(self, endpoint: Endpoint, sockets: list[trio.SocketListener]) -> None:
-        # TLS is a worker's: the supervisor hands the socket on before its handshake.
-        context = None if self._hand_off is not None else self._tls_context(endpoint.name)
         # One scope per listener (a CancelScope enters one `with` only). Connections live
         # in their own nursery: drain() cancels (and closes) only the accepting sockets,
         # so in-flight requests can still complete.
@@ -523,7 +591,7 @@ class Sidecar:
         async with trio.open_nursery() as connections:
             with scope:
                 try:
-                    await serve_listener(self, endpoint.name, sockets, context, connections)
+                    await serve_listener(self, endpoint.name, sockets, connections)
                 finally:
                     for socket_listener in sockets:
                         await trio.aclose_forcefully(socket_listener)
@@ -544,27 +612,30 @@ class Sidecar:
         self._slot_freed.set()
         self._slot_freed = trio.Event()
 
-    async def serve_connection(
-        self, stream: trio.SocketStream, listener: str, context: ssl.SSLContext | None, ip: str
-    ) -> None:
-        """Serve one admitted connection; give its quota slot back when it ends."""
+    async def serve_connection(self, stream: trio.SocketStream, listener: str, ip: str) -> None:
+        """Serve one admitted connection; give its quota slot back when it ends. (TLS is a
+        worker's: a supervisor hands the socket on before its handshake.)"""
         try:
             if self._hand_off is not None:
                 await self._hand_off(stream, listener, ip)
             else:
-                await self._handle(stream, listener, context)
+                await self._handle(stream, listener, self.tls_context(listener))
         finally:
             self.gate.release(listener, ip)
             self._free_slot()
 
     async def serve_handed(self, stream: trio.SocketStream, listener: str) -> None:
         """Serve a connection the supervisor admitted and handed to this worker."""
-        await self._handle(stream, listener, self._tls_context(listener))
+        await self._handle(stream, listener, self.tls_context(listener))
 
-    def _tls_context(self, listener: str) -> ssl.SSLContext | None:
-        if listener not in self._tls_contexts:
-            self._tls_contexts[listener] = listener_ssl_context(self.config, listener)
-        return self._tls_contexts[listener]
+    def tls_context(self, listener: str) -> ssl.SSLContext | None:
+        """The server context new connections of ``listener`` get (``None``: not SSL)."""
+        tls = self._tls.get(listener)
+        return None if tls is None else tls.context
+
+    def server_certificate(self, listener: str) -> ServerTls | None:
+        """The certificate ``listener`` presents to new connections (``None``: not SSL)."""
+        return self._tls.get(listener)
 
     async def _handle(
         self, stream: trio.abc.Stream, listener: str, tls_context: ssl.SSLContext | None
@@ -662,6 +733,24 @@ class Sidecar:
         self.draining = True
         for scope in self._listener_scopes:
             scope.cancel()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreparedReload:
+    """What :meth:`Sidecar.prepare_reload` built, for :meth:`Sidecar.commit_reload`."""
+
+    config: SidecarConfig
+    tls: dict[str, ServerTls]
+    mappers: dict[str, PrincipalMapper]
+    filters: tuple[LoadedFilter, ...]
+
+
+def _listeners_tls(config: SidecarConfig) -> dict[str, ServerTls]:
+    return {e.name: tls for e in config.listeners if (tls := listener_tls(config, e.name)) is not None}
+
+
+def _principal_mappers(config: SidecarConfig) -> dict[str, PrincipalMapper]:
+    return {e.name: m for e in config.listeners if (m := listener_principal_mapper(config, e.name)) is not None}
 
 
 def log_drained(seconds: float, forwarded: int, broker_answers: int) -> None:

@@ -23,6 +23,9 @@ splits the work where it divides cleanly and keeps one owner for what must not b
   counted (``ksidecar_worker_restarts_total``) and replaced at once from a fork server made
   before the sidecar began to serve (:mod:`proxy.control.forks`); only its own connections
   are lost.
+* **One configuration**: a reload (:mod:`proxy.control.reload`) is prepared by the
+  supervisor and every worker, and committed by all of them only when all could prepare it;
+  a worker started after a reload takes the configuration in force before it is ready.
 * **One page of metrics**: every process records into prometheus_client's multiprocess
   directory, and the supervisor's ``/metrics`` sums them (:mod:`proxy.control.metrics_page`).
 
@@ -45,11 +48,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from proxy.config import HostPort, SidecarConfig
+from proxy.config import ConfigError, HostPort, SidecarConfig
 from proxy.control import handoff
 from proxy.control.calls import serve_calls
 from proxy.control.forks import ForkServer, WorkerProcess
-from proxy.control.http import serve_http
+from proxy.control.http import ReloadHook, serve_http
 from proxy.control.metrics_page import flush, mark_dead, page_registry
 from proxy.control.owner import OwnerService
 from proxy.control.server import Role, Sidecar, log_drained
@@ -69,6 +72,9 @@ LAST_WORDS = 1.0
 #: Beyond the drain deadline, how long a draining worker may take to flush its observers
 #: and exit before it is killed.
 EXIT_MARGIN = 5.0
+#: How long a reload waits for each worker to prepare it (load its TLS files, import its
+#: filters) before the reload fails.
+RELOAD_WAIT = 10.0
 
 
 @dataclass(eq=False)
@@ -91,6 +97,9 @@ class WorkerSlot:
     flushed: trio.Event = field(default_factory=trio.Event)
     #: Set once the slot's current process has exited and its connections were released.
     exited: trio.Event = field(default_factory=trio.Event)
+    #: Set when the worker answers a reload's prepare; its error (``None``: prepared).
+    prepared: trio.Event = field(default_factory=trio.Event)
+    prepare_error: str | None = None
 
 
 class Supervisor:
@@ -105,7 +114,13 @@ class Supervisor:
         self.workers = [WorkerSlot(index) for index in range(count)]
         self.metrics_dir = metrics_dir
         self.metrics_address: HostPort | None = None
+        #: What ``POST /-/reload`` runs (set by ``ksidecar run``).
+        self.reload_hook: ReloadHook | None = None
         self.stopping = False
+        #: True once a reload changed what the workers were started with: a new worker
+        #: takes the configuration in force before it is ready.
+        self._reloaded = False
+        self._reload_lock = trio.Lock()
         self._ids = itertools.count()
         self._ready_changed = trio.Event()
         sidecar.metrics.registry.register(_WorkerMetrics(self))
@@ -118,6 +133,11 @@ class Supervisor:
     def metrics_registry(self) -> CollectorRegistry:
         """Every process's metrics on one page."""
         return self._page
+
+    @property
+    def own_registry(self) -> CollectorRegistry:
+        """The registry the supervisor's own collectors go in (read live into the page)."""
+        return self.sidecar.metrics.registry
 
     def readiness(self) -> str | None:
         """``None`` when the supervisor and every worker are ready, else why not."""
@@ -246,10 +266,13 @@ class Supervisor:
             if fd is not None:  # workers never send sockets
                 os.close(fd)
             op = message["op"]
-            if op == "ready":
-                worker.ready = True
-                self._ready_changed.set()
-                log.info("worker %d ready", worker.index)
+            if op == "ready" and self._reloaded:
+                nursery.start_soon(self._ready_after_reload, worker, channel)
+            elif op == "ready":
+                self._mark_ready(worker)
+            elif op == "reload-prepared":
+                worker.prepare_error = message.get("error")
+                worker.prepared.set()
             elif op == "closed":
                 done = worker.connections.pop(int(message["id"]), None)
                 if done is not None:
@@ -270,6 +293,55 @@ class Supervisor:
                 worker.forwarded = int(message.get("forwarded", 0))
                 worker.broker_answers = int(message.get("broker_answers", 0))
         heard_all.set()
+
+    def _mark_ready(self, worker: WorkerSlot) -> None:
+        worker.ready = True
+        self._ready_changed.set()
+        log.info("worker %d ready", worker.index)
+
+    async def _ready_after_reload(self, worker: WorkerSlot, channel: handoff.Channel) -> None:
+        """A worker started after a reload: the configuration in force first, then ready."""
+        async with self._reload_lock:
+            error = await self._prepare(worker, channel, self.config)
+            if error is None:
+                with contextlib.suppress(OSError):
+                    await channel.send({"op": "reload-commit"})
+            else:
+                log.error("worker %d cannot take the configuration in force (%s); it serves the one the "
+                          "sidecar started with", worker.index, error)
+        self._mark_ready(worker)
+
+    async def _prepare(self, worker: WorkerSlot, channel: handoff.Channel, config: SidecarConfig) -> str | None:
+        """Ask ``worker`` to prepare ``config``; its error, ``None`` when prepared."""
+        worker.prepared, worker.prepare_error = trio.Event(), None
+        try:
+            await channel.send({"op": "reload-prepare", "raw": dict(config.raw)})
+        except OSError as exc:
+            return f"worker {worker.index} is gone ({exc})"
+        with trio.move_on_after(RELOAD_WAIT):
+            await worker.prepared.wait()
+            return None if worker.prepare_error is None else f"worker {worker.index}: {worker.prepare_error}"
+        return f"worker {worker.index} did not answer within {RELOAD_WAIT:g} s"
+
+    async def apply_reload(self, config: SidecarConfig) -> None:
+        """Reload every process (:class:`proxy.control.reload.Reloading`): the supervisor
+        and each running worker prepare ``config``; all commit only when all prepared,
+        else all drop it and :class:`~proxy.config.ConfigError` says why."""
+        async with self._reload_lock:
+            prepared = self.sidecar.prepare_reload(config)
+            asked = [(w, w.channel) for w in self.workers if w.ready and w.channel is not None]
+            errors = [error for worker, channel in asked
+                      if (error := await self._prepare(worker, channel, config)) is not None]
+            verdict = "reload-abort" if errors else "reload-commit"
+            for _, channel in asked:
+                with contextlib.suppress(OSError):  # that worker is exiting: its replacement catches up
+                    await channel.send({"op": verdict})
+            if errors:
+                raise ConfigError("; ".join(errors))
+            self.sidecar.commit_reload(prepared)
+            self.owner.ports = self.sidecar.ports
+            self.config = config
+            self._reloaded = True
 
     async def _least_loaded(self) -> WorkerSlot:
         """The ready worker serving the fewest connections (waits while none is ready)."""

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import trio
 
-from proxy.config import HostPort, SidecarConfig
+from proxy.config import ConfigError, HostPort, SidecarConfig, build_config
 from proxy.control import handoff
 from proxy.control.calls import OwnerClient
 from proxy.control.garbage import collect_fully_on_a_clock, keep_out_of_collections
 from proxy.control.metrics_page import ENV, enable_multiprocess, flush, flush_on_a_clock
-from proxy.control.server import Role, Sidecar
+from proxy.control.server import PreparedReload, Role, Sidecar
 from proxy.datapath.clock import now_ms
 from quotas.client_rates import ClientRates
 
@@ -52,6 +52,7 @@ def worker_main(index: int, workers: int, config: SidecarConfig, bound: Mapping[
     serve until the supervisor says drain or stop, or is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # reloads come from the supervisor
     directory = os.environ.get(ENV)
     if directory:  # before any metric object: this process's changes are buffered too
         enable_multiprocess(Path(directory))
@@ -78,6 +79,7 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
         missed = [0.0]  # pings unanswered in a row (the supervisor answers each)
         silence = max(MIN_SUPERVISOR_SILENCE, config["zookeeper.session.timeout.ms"] / 1000)
         nursery.start_soon(_watch_supervisor, channel, missed, silence, nursery.cancel_scope)
+        reload: PreparedReload | None = None
         async with trio.open_nursery() as connections:
             while (received := await channel.receive()) is not None:
                 missed[0] = 0
@@ -93,6 +95,18 @@ async def _serve(index: int, workers: int, config: SidecarConfig, bound: dict[st
                     sidecar.metrics.flush()  # the data path's tallies, then the files
                     flush()
                     await channel.send({"op": "flushed"})
+                elif op == "reload-prepare":
+                    try:
+                        reload, error = sidecar.prepare_reload(build_config(message["raw"], warn_unknown=False)), None
+                    except ConfigError as exc:
+                        reload, error = None, str(exc)
+                    await channel.send({"op": "reload-prepared", "error": error})
+                elif op == "reload-commit":
+                    if reload is not None:
+                        sidecar.commit_reload(reload)
+                    reload = None
+                elif op == "reload-abort":
+                    reload = None
                 elif op == "drain":
                     missed[0] = -math.inf  # the supervisor waits for this drain: no watch meanwhile
                     abandoned = await sidecar.drain()

@@ -16,6 +16,7 @@ session it kept for us expires.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
@@ -83,6 +84,17 @@ class ZooKeeper:
         self._token: trio.lowlevel.TrioToken | None = None
         self._subscribers: list[trio.MemorySendChannel[str]] = []
         self._closing = False
+
+    def use_tls(self, security: ZkSecurity) -> None:
+        """``zookeeper.ssl.*`` as reloaded: the session's next connection to a server (a
+        reconnect, or a new session) presents and checks these files; the connection open
+        now goes on. Whether TLS is on at all, and the identity, stay as started."""
+        if self.security.tls is None or security.tls is None:
+            return
+        self.security = dataclasses.replace(self.security, tls=security.tls)
+        for name, value in security.tls.kazoo_kwargs().items():
+            if name != "use_ssl":
+                setattr(self.client, name, value)
 
     async def start(self) -> None:
         """Create the chroot, open the session, and start forwarding state changes."""

@@ -458,6 +458,7 @@ class Dispatch:
         builtin: list[RequestFilter] = [UnparsedPolicy(metrics, authorization)]
         if authorization is not None:
             builtin.append(AclFilter(authorization))
+        self._builtin = tuple(builtin)
         #: The whole chain, in order.
         self.filters: tuple[RequestFilter, ...] = (*builtin, *filters)
         self._by_key: dict[int, tuple[RequestFilter, ...]] = {}
@@ -480,6 +481,13 @@ class Dispatch:
             chain = self._by_key[api_key] = tuple(
                 f for f in self.filters if f.api_keys is None or api_key in f.api_keys)
         return chain
+
+    def replace_filters(self, filters: Sequence[RequestFilter]) -> None:
+        """Put ``filters`` after the built-in ones (a reload): the next request decided
+        sees them; a request already decided goes on as it was."""
+        self.filters = (*self._builtin, *filters)
+        self._by_key = {}
+        self._plain.clear()
 
     def plain(self, header: RequestHeader) -> bool:
         """True when a request of ``header``'s key and version goes to the broker as it came

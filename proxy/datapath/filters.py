@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 #: Filters built in, by the short name ``filter.class.names`` may use.
 BUILTIN = {"policy": "proxy.datapath.policy.PolicyFilter"}
+#: The top-level packages of the sidecar itself: never imported again by a reload.
+_OWN_PACKAGES = frozenset({"proxy", "protocol", "coordinator", "quotas", "observers", "spark_jobs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,9 +269,13 @@ class LoadedFilter:
 
 
 def load_filters(names: str, config: Mapping[str, str], registry: ApiRegistry, metrics: FilterMetrics, *,
-                 leniency: Leniency = QUIET) -> list[LoadedFilter]:
+                 leniency: Leniency = QUIET, reload_modules: bool = False) -> list[LoadedFilter]:
     """Import, construct and configure the filters ``names`` lists (comma-separated), in
-    order; a failure raises :class:`~proxy.config.keys.ConfigError` naming the filter."""
+    order; a failure raises :class:`~proxy.config.keys.ConfigError` naming the filter.
+
+    ``reload_modules`` (a reload): an operator's filter module is imported again
+    (``importlib.reload``), so a changed file takes effect; the sidecar's own modules (the
+    built-in ``policy``) are not."""
     loaded: list[LoadedFilter] = []
     taken: set[str] = set()
     for spec in (n.strip() for n in names.split(",")):
@@ -283,7 +289,10 @@ def load_filters(names: str, config: Mapping[str, str], registry: ApiRegistry, m
             raise ConfigError(f"filter.class.names: {spec!r} is neither a built-in ({', '.join(BUILTIN)}) "
                               "nor an import path (pkg.mod.Class or pkg.mod:Class)")
         try:
-            target = getattr(importlib.import_module(module_name), attribute)
+            module = importlib.import_module(module_name)
+            if reload_modules and module_name.partition(".")[0] not in _OWN_PACKAGES:
+                module = importlib.reload(module)
+            target = getattr(module, attribute)
             instance = target()
         except Exception as exc:
             raise ConfigError(f"filter.class.names: cannot load {spec!r}: {exc}") from None

@@ -58,6 +58,11 @@ class IdleSweeper:
         self.period = min(timeout / 10, (read_timeout or timeout) / 10, MAX_PERIOD)
         self._connections: set[Sweepable] = set()
 
+    def configure(self, timeout: float, read_timeout: float | None) -> None:
+        """New timeouts (a reload), for every connection watched from the next sweep."""
+        checked = IdleSweeper(timeout, read_timeout)  # the same checks
+        self.timeout, self.read_timeout, self.period = checked.timeout, checked.read_timeout, checked.period
+
     def add(self, connection: Sweepable) -> None:
         """Watch ``connection`` from now on."""
         self._connections.add(connection)

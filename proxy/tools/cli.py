@@ -1,6 +1,8 @@
 """The ``ksidecar`` command.
 
-``ksidecar run --config sidecar.properties [--set key=value ...]`` runs a sidecar;
+``ksidecar run --config sidecar.properties [--set key=value ...]`` runs a sidecar (SIGHUP,
+``ksidecar reload`` or a changed file reloads it: :mod:`proxy.control.reload`);
+``ksidecar reload`` asks a running one to reload (:mod:`proxy.tools.reload_cli`);
 ``ksidecar demo`` runs the end-to-end demo; ``ksidecar audit report --audit PATH --out DIR``
 runs the PySpark audit jobs and writes an HTML report (see :mod:`spark_jobs.report`);
 ``ksidecar audit readiness --audit PATH --target 4.0`` prints which clients would break on a
@@ -23,23 +25,27 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import logging
 import os
 import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from coordinator.features import IncompatibleFeatures
-from proxy.config import ConfigError, SidecarConfig, load_config
+from proxy.config import ConfigError, SidecarConfig
 from proxy.config.properties import PropertiesError
 from proxy.control.garbage import collect_fully_on_a_clock, keep_out_of_collections
+from proxy.control.http import ReloadHook
 from proxy.control.metrics_page import ENV, flush_on_a_clock
+from proxy.control.reload import ConfigSource, Reloader, ReloadMetrics, watch
 from proxy.tools import (
     acls_cli,
     demo,
@@ -47,6 +53,7 @@ from proxy.tools import (
     groups_cli,
     quotas_cli,
     readiness,
+    reload_cli,
     users_cli,
     zookeeper_cli,
 )
@@ -83,6 +90,17 @@ class Serving(Protocol):
         """Stop at once; the count of requests abandoned."""
         ...
 
+    async def apply_reload(self, config: SidecarConfig) -> None:
+        """Put a reloaded configuration in force, or change nothing (ConfigError)."""
+        ...
+
+    reload_hook: ReloadHook | None
+
+    @property
+    def own_registry(self) -> CollectorRegistry:
+        """Where the process's own collectors go."""
+        ...
+
 
 def prepare(config: SidecarConfig) -> Callable[[], Serving]:
     """What must happen before trio starts; what builds the sidecar once it runs.
@@ -111,24 +129,39 @@ def prepare(config: SidecarConfig) -> Callable[[], Serving]:
     return lambda: Supervisor(config, count, directory, forks)
 
 
-async def run_sidecar(config: SidecarConfig, build: Callable[[], Serving]) -> int:
+async def run_sidecar(config: SidecarConfig, build: Callable[[], Serving],
+                      source: ConfigSource | None = None) -> int:
     """Serve until SIGTERM or SIGINT, then drain; the number of requests abandoned.
 
     A second signal during the drain stops at once; what was still unanswered then is
-    abandoned (counted in the log and in the exit code).
+    abandoned (counted in the log and in the exit code). SIGHUP, ``POST /-/reload`` and a
+    changed file reload the configuration from ``source`` (:mod:`proxy.control.reload`).
     """
     abandoned = 0
     sidecar = build()
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    reloader = Reloader(source or ConfigSource(None), config, sidecar)
+    sidecar.own_registry.register(ReloadMetrics(reloader))
+
+    async def reload_hook(trigger: str) -> tuple[bool, bytes]:
+        outcome = await reloader.reload(trigger)
+        return outcome.applied, outcome.to_json()
+
+    sidecar.reload_hook = reload_hook
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(sidecar.serve)
             keep_out_of_collections()
             nursery.start_soon(collect_fully_on_a_clock)
+            nursery.start_soon(watch, reloader)
             if os.environ.get(ENV):  # several processes: the supervisor's own changes too
                 nursery.start_soon(flush_on_a_clock)
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    log.info("received SIGHUP: reloading the configuration")
+                    nursery.start_soon(reloader.reload, "SIGHUP")
+                    continue
                 log.info("received %s: draining (up to %d ms; a second signal stops at once)",
-                         signal.Signals(signum).name, config["sidecar.shutdown.drain.ms"])
+                         signal.Signals(signum).name, reloader.config["sidecar.shutdown.drain.ms"])
                 break
             drained: list[int] = []
             async with trio.open_nursery() as drain:
@@ -139,6 +172,9 @@ async def run_sidecar(config: SidecarConfig, build: Callable[[], Serving]) -> in
 
                 async def second_signal() -> None:
                     async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            log.info("received SIGHUP while draining: not reloading")
+                            continue
                         log.warning("received %s again: stopping now", signal.Signals(signum).name)
                         drain.cancel_scope.cancel()
                         return
@@ -170,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     users_cli.add_parser(sub)
     zookeeper_cli.add_parser(sub)
     readiness.add_parser(audit_options.add_audit_command(sub))
+    reload_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "quotas":
         return quotas_cli.run(args)
@@ -183,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         return users_cli.run(args)
     if args.command == "zookeeper":
         return zookeeper_cli.run(args)
+    if args.command == "reload":
+        return reload_cli.run(args)
     if args.command == "audit" and args.audit_command in readiness.COMMANDS:
         return readiness.main(args)
     if args.command == "audit":
@@ -192,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         return demo.main_from_args(args)
     try:
-        config = load_config(args.config, _parse_set(args.set))
+        source = ConfigSource(args.config, _parse_set(args.set))
+        config = source.load()
     except (ConfigError, PropertiesError) as exc:
         print(f"ksidecar: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -203,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     from proxy.control.forks import ForkServerGone
 
     try:
-        abandoned = trio.run(run_sidecar, config, prepare(config))
+        with _pid_file(config["sidecar.pid.file"]):
+            abandoned = trio.run(run_sidecar, config, prepare(config), source)
     except ConfigError as exc:
         print(f"ksidecar: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -225,6 +266,23 @@ def main(argv: list[str] | None = None) -> int:
         log.critical("%s", exc)
         return 1
     return EXIT_ABANDONED if abandoned else 0
+
+
+@contextlib.contextmanager
+def _pid_file(path: str) -> Iterator[None]:
+    """``sidecar.pid.file``: this process's id while it runs (nothing when empty)."""
+    if not path:
+        yield
+        return
+    try:
+        Path(path).write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        raise ConfigError(f"sidecar.pid.file={path!r}: cannot write it ({exc.strerror})") from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
 
 
 def _first(error: BaseException) -> BaseException:

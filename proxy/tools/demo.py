@@ -116,6 +116,8 @@ class DemoResult:
     led: dict[int, tuple[int, ...]] = field(default_factory=dict)
     #: What the policy filter said to a topic outside the demo's prefix.
     policy: str = ""
+    #: What ``ksidecar reload`` said, and what the policy said to that topic afterwards.
+    reload: str = ""
     #: Each sidecar's worker processes (``sidecar.workers``): ``(ready, of)``, by broker id.
     workers: dict[int, tuple[int, int]] = field(default_factory=dict)
 
@@ -144,9 +146,11 @@ class DemoResult:
             and sum(self.group in g for g in self.owned_groups.values()) == 1
         )
         refused = self.brokers > 1 or "POLICY_VIOLATION" in self.policy
+        reloaded = "reloaded (ksidecar reload): policy.create.topics.name.pattern" in self.reload and (
+            self.brokers > 1 or "was not refused" in self.reload)
         working = bool(self.workers) and all(ready == of for ready, of in self.workers.values())
         return (moved and coordinated and audited and inventoried and held and named and spread and refused
-                and working and bool(self.report))
+                and reloaded and working and bool(self.report))
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,8 @@ def choose_bootstrap(
             # A traffic policy (docs/filters.md): topics are created under the demo's prefix only.
             "filter.class.names": "policy",
             "policy.create.topics.name.pattern": "demo-.*",
+            # The demo reloads with `ksidecar reload` (demo_reload), not by the file watch.
+            "sidecar.config.watch.ms": "0",
         }
         if node >= 0:
             keys["broker.id"] = str(node)  # as deploy/k8s does, from the pod's ordinal
@@ -392,6 +398,27 @@ def demo_policy(bootstrap: str, name: str) -> str:
     return f"CreateTopics {name} was not refused"
 
 
+def demo_reload(sidecars: Sequence[SidecarServer], bootstrap: str, scratch: str | None) -> str:
+    """Widen the policy's topic-name pattern in each sidecar's file, ``ksidecar reload``
+    each (no restart), then (``scratch``: the name refused before) create that topic; return
+    a one-line account."""
+    import subprocess
+
+    lines = []
+    for sidecar in sidecars:
+        assert sidecar.config_path is not None
+        text = sidecar.config_path.read_text().replace(
+            "policy.create.topics.name.pattern=demo-.*", "policy.create.topics.name.pattern=(demo|scratch)-.*")
+        sidecar.config_path.write_text(text)
+        done = subprocess.run([sys.executable, "-m", "proxy.tools.cli", "reload", "--config",
+                               str(sidecar.config_path)], capture_output=True, text=True, timeout=60, check=False)
+        lines.append((done.stdout or done.stderr).strip())
+    account = f"ksidecar reload: {lines[0]}" + (f" (and {len(lines) - 1} more sidecars)" if len(lines) > 1 else "")
+    if scratch is not None:
+        account += "; then " + demo_policy(bootstrap, scratch)
+    return account
+
+
 def prepare_zookeeper(zookeeper: ZooKeeperServer) -> str:
     """Create the sidecars' chroot node; return the server's version."""
     from kazoo.client import KazooClient
@@ -534,6 +561,8 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
         client_quota = demo_client_quota(clients.first, zookeeper)
         policy = (demo_policy(clients.first, f"scratch-{suffix}") if mock is None else
                   "not shown: librdkafka's mock cluster serves no CreateTopics (the one-broker demo shows it)")
+        reload = demo_reload(list(clients.sidecars.values()), clients.first,
+                             f"scratch-{suffix}" if mock is None else None)
         stored = group_offsets(zookeeper, group, topic)
         forwarded = {n: forwarded_by_api(s) for n, s in clients.sidecars.items()}
         workers = {n: worker_counts(s) for n, s in clients.sidecars.items()}
@@ -556,6 +585,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
             quota=quota,
             client_quota=client_quota,
             policy=policy,
+            reload=reload,
             elapsed=0.0,
             reader=f"User:{READER}",
             audit_dir=str(audit_dir),
@@ -716,6 +746,7 @@ def summary(result: DemoResult) -> str:
         ("quota", result.quota),
         ("client quota", result.client_quota),
         ("policy", result.policy + " (filter.class.names=policy)"),
+        ("reload", result.reload),
         ("features", f"{AUDIT_FORMAT} finalized at 1 before any traffic ({result.audit_format or 'not done'})"),
         ("audit", f"{result.audit_rows} rows in {result.audit_dir} ("
                   + ", ".join(f"schema v{v}: {n}" for v, n in result.audit_versions.items())

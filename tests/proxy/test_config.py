@@ -141,6 +141,13 @@ def test_unreadable_file(tmp_path: Path) -> None:
         load_config(str(tmp_path / "missing.properties"), environ={})
 
 
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.properties"
+    path.write_bytes(b"listeners=PLAINTEXT://127.0.0.1:9092\ntag.owner=Jos\xe9\n")
+    with pytest.raises(PropertiesError, match=r"latin1.properties:2: not UTF-8 \(byte 0xe9 at offset 50\)"):
+        load_config(str(path), environ={})
+
+
 def test_reference_doc_is_current() -> None:
     doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert doc.read_text() == reference_markdown(), "run: python -m proxy.config --markdown > docs/configuration.md"

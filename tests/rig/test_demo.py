@@ -43,6 +43,10 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
         "producer_byte_rate=1048576")
     assert result.policy.startswith("CreateTopics scratch-") and "refused: POLICY_VIOLATION" in result.policy
     assert "does not match policy.create.topics.name.pattern 'demo-.*'" in result.policy
+    # The same topic, created once the sidecar reloaded a wider pattern from its file.
+    scratch = result.policy.split()[1]
+    assert result.reload == ("ksidecar reload: reloaded (ksidecar reload): policy.create.topics.name.pattern; "
+                             f"then CreateTopics {scratch} was not refused")
     assert "ksidecar" in (tmp_path / "ksidecar.log").read_text()
     assert result.zookeeper.endswith("/ksidecar")
     # ksidecar.audit.format was finalized at 1 over the wire before any traffic: the

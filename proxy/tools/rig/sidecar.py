@@ -24,12 +24,14 @@ class SidecarServer(Service):
 
     def __init__(
         self, process: ManagedProcess, host: str, port: int, metrics_port: int,
-        extra_ports: Mapping[str, int] | None = None,
+        extra_ports: Mapping[str, int] | None = None, config_path: Path | None = None,
     ) -> None:
         super().__init__(process, host, port)
         self.metrics_port = metrics_port
         #: Ports of the listeners other than ``PLAINTEXT``, by listener name.
         self.extra_ports = dict(extra_ports or {})
+        #: The properties file it runs with (edit it, then ``ksidecar reload --config``).
+        self.config_path = config_path
 
     @property
     def bootstrap(self) -> str:
@@ -103,4 +105,4 @@ def start_sidecar(
         cwd=source,
         env=None if source is None else {**os.environ, "PYTHONPATH": str(source)},
     )
-    return SidecarServer(process.start(), host, port, metrics_port, extra)
+    return SidecarServer(process.start(), host, port, metrics_port, extra, config)
