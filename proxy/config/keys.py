@@ -714,9 +714,10 @@ KEYS: tuple[Key, ...] = (
         _choice("debug", "info", "warning", "error"), "debug|info|warning|error"),
     Key("sidecar.config.watch.ms", "int", "1000",
         "How often the sidecar looks for a change in the files it was configured from: the "
-        "properties file, every keystore and truststore it names and the PLAIN users file (a "
+        "properties file, every keystore and truststore it names, ZooKeeper's TLS stores (a "
         "mounted Secret's symlink swap included); a change reloads (docs/operations.md, "
-        "\"Reloading\"). 0: only SIGHUP and `ksidecar reload` reload.", _int(0), ">= 0"),
+        "\"Reloading\"). The PLAIN users file needs no watch: it is read again at the first login "
+        "after it changes. 0: only SIGHUP and `ksidecar reload` reload.", _int(0), ">= 0"),
     Key("sidecar.pid.file", "path", "",
         "Where `ksidecar run` writes its process id (removed at exit), for `ksidecar reload` and "
         "other tools that signal it. Empty: none.", _str),

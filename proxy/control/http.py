@@ -8,6 +8,7 @@ same act), nothing else. A reload only reads again the files the sidecar was sta
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -58,8 +59,9 @@ def _response(status: str, content_type: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
-async def route(sidecar: Probed, method: str, path: str) -> bytes:
-    """The whole HTTP response for one request line."""
+async def route(sidecar: Probed, method: str, path: str, *, local: bool = True) -> bytes:
+    """The whole HTTP response for one request line (``local``: it came from a loopback
+    address, the only place a reload is taken from)."""
     path = path.split("?", 1)[0]
     if path == "/-/reload":
         hook = sidecar.reload_hook
@@ -67,6 +69,8 @@ async def route(sidecar: Probed, method: str, path: str) -> bytes:
             return _response("405 Method Not Allowed", "text/plain", b"POST only\n")
         if hook is None:
             return _response("404 Not Found", "text/plain", b"this process does not reload\n")
+        if not local:
+            return _response("403 Forbidden", "text/plain", b"a reload is taken from a loopback address only\n")
         applied, body = await hook("ksidecar reload")
         return _response("200 OK" if applied else "500 Internal Server Error", "application/json", body)
     if method not in ("GET", "HEAD"):
@@ -84,6 +88,14 @@ async def route(sidecar: Probed, method: str, path: str) -> bytes:
     return _response("404 Not Found", "text/plain", b"try /metrics, /healthz or /readyz\n")
 
 
+def _from_loopback(stream: trio.abc.Stream) -> bool:
+    try:
+        assert isinstance(stream, trio.SocketStream)
+        return ipaddress.ip_address(stream.socket.getpeername()[0]).is_loopback
+    except (AssertionError, OSError, ValueError):
+        return False
+
+
 async def _serve_one(sidecar: Probed, stream: trio.abc.Stream) -> None:
     try:
         data = b""
@@ -98,7 +110,7 @@ async def _serve_one(sidecar: Probed, stream: trio.abc.Stream) -> None:
             await stream.send_all(_response("400 Bad Request", "text/plain", b"bad request\n"))
         else:
             with trio.fail_after(RELOAD_TIMEOUT):
-                response = await route(sidecar, line[0], line[1])
+                response = await route(sidecar, line[0], line[1], local=_from_loopback(stream))
             if line[0] == "HEAD":  # the same head, no body (RFC 9110, 9.3.2)
                 response = response.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
             await stream.send_all(response)

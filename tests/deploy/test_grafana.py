@@ -105,6 +105,18 @@ def test_dashboard_and_alerts_cover_the_group_coordinator() -> None:
     assert alerted >= {"ksidecar_group_rebalances_total", "ksidecar_offset_commit_write_seconds_bucket"}
 
 
+def test_dashboard_and_alerts_cover_configuration_reloads() -> None:
+    """Issue 45: reloads by result and the keys that wait for a restart on the dashboard;
+    alerts for a reload that failed (the files are not what serves) and a restart pending."""
+    used = set().union(*(metric_names(e) for e in dashboard_exprs(dashboard())))
+    assert used >= {
+        "ksidecar_config_reloads_total", "ksidecar_config_last_reload_successful",
+        "ksidecar_config_restart_pending_keys",
+    }
+    alerted = set().union(*(metric_names(e) for e in rule_exprs()))
+    assert alerted >= {"ksidecar_config_last_reload_successful", "ksidecar_config_restart_pending_keys"}
+
+
 @pytest.mark.integration
 def test_every_queried_metric_exists_in_a_live_sidecar(deployed_sidecar: SidecarServer) -> None:
     topic = f"deploy-grafana-{uuid.uuid4().hex[:8]}"

@@ -23,6 +23,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from proxy.config.keys import (
     KEYS,
@@ -31,12 +32,14 @@ from proxy.config.keys import (
     SidecarConfig,
     build_config,
     env_overrides,
+    is_live,
     load_config,
     parse_endpoints,
 )
 from proxy.config.properties import PropertiesError, parse_properties
 from tests.deploy.support import (
     DEPLOY,
+    K8S,
     KUBERNETES_VERSION,
     PROMETHEUS,
     k8s_documents,
@@ -344,6 +347,114 @@ def test_volumes_are_mounted_where_they_are_used() -> None:
     assert deployed_config().raw["observer.audit.dir"] == mounts["audit"]
     claims = {t["metadata"]["name"] for t in k8s_object("StatefulSet", "kafka")["spec"]["volumeClaimTemplates"]}
     assert {"audit", "data"} <= claims
+
+
+def material_mounts_with_subpath(spec: Mapping[str, Any]) -> list[str]:
+    """The sidecar container's mounts that bring configuration or TLS material in with
+    ``subPath``: a ConfigMap, Secret or projected volume, or the mount holding the
+    ``--config`` file. The kubelet never updates a subPath mount, so a change to what it
+    holds would reach the sidecar only at a restart (no reload)."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    sidecar = next(c for c in spec["containers"] if c["name"] == "ksidecar")
+    config_file = sidecar["args"][sidecar["args"].index("--config") + 1]
+    found: list[str] = []
+    for mount in sidecar["volumeMounts"]:
+        volume = volumes.get(mount["name"], {})  # absent: a volumeClaimTemplate
+        holds_config = config_file.startswith(mount["mountPath"].rstrip("/") + "/")
+        if ({"configMap", "secret", "projected"} & set(volume) or holds_config) and (
+                {"subPath", "subPathExpr"} & set(mount)):
+            found.append(mount["name"])
+    return found
+
+
+def test_config_and_tls_reach_the_sidecar_as_directories() -> None:
+    """The ConfigMap (and any Secret) is mounted whole, so a change reaches the running
+    sidecar, which reloads it (docs/operations.md, "Reloading")."""
+    spec = pod_spec()
+    assert material_mounts_with_subpath(spec) == []
+    # The check saw the config mount as material: it is the ConfigMap's volume.
+    assert {v["name"]: v for v in spec["volumes"]}["config"]["configMap"]["name"] == "ksidecar-config"
+
+
+@pytest.mark.parametrize("volume", ["config", "tls"])
+def test_the_subpath_check_catches_a_file_mounted_alone(volume: str) -> None:
+    """What the check above exists for: one file of a ConfigMap or Secret, with subPath."""
+    spec = pod_spec()
+    sidecar = next(c for c in spec["containers"] if c["name"] == "ksidecar")
+    if volume == "tls":
+        spec["volumes"].append({"name": "tls", "secret": {"secretName": "kafka-tls"}})
+        sidecar["volumeMounts"].append({"name": "tls", "mountPath": "/etc/ksidecar-tls/tls.pem",
+                                        "subPath": "tls-combined.pem"})
+    else:
+        [mount] = [m for m in sidecar["volumeMounts"] if m["name"] == "config"]
+        mount.update(mountPath="/etc/ksidecar/sidecar.properties", subPath="sidecar.properties")
+    assert material_mounts_with_subpath(spec) == [volume]
+
+
+def statefulset_with_the_tls_example() -> dict[str, Any]:
+    """statefulset.yaml with its commented cert-manager example turned on: every block
+    ``# - name: tls`` and the ``#   ...`` lines under it, uncommented in place."""
+    lines: list[str] = []
+    blocks = 0
+    indent: str | None = None
+    for line in (K8S / "statefulset.yaml").read_text().splitlines():
+        start = re.fullmatch(r"(\s*)# - name: tls", line)
+        if start:
+            indent, blocks = start[1], blocks + 1
+        elif indent is None or not line.startswith(indent + "#   "):
+            indent = None
+        lines.append(line if indent is None else indent + line[len(indent) + 2:])
+    assert blocks == 2, "the example is a volumeMount and a volume, each starting '# - name: tls'"
+    doc: dict[str, Any] = yaml.safe_load("\n".join(lines))
+    return doc
+
+
+def test_the_commented_tls_example_is_a_valid_directory_mount() -> None:
+    """Uncommented, the cert-manager example validates strictly, mounts the Secret whole
+    (no subPath) outside the ConfigMap's directory, where deploy/README.md points
+    ssl.keystore.location, with the private key not readable by everyone."""
+    doc = statefulset_with_the_tls_example()
+    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    spec = doc["spec"]["template"]["spec"]
+    assert material_mounts_with_subpath(spec) == []
+    mounts = {m["name"]: m for c in spec["containers"] if c["name"] == "ksidecar" for m in c["volumeMounts"]}
+    tls, config = mounts["tls"]["mountPath"], mounts["config"]["mountPath"]
+    assert mounts["tls"]["readOnly"] is True
+    assert not tls.startswith(config.rstrip("/") + "/")  # a read-only ConfigMap volume holds no mount point
+    secret = {v["name"]: v for v in spec["volumes"]}["tls"]["secret"]
+    assert secret["defaultMode"] & 0o007 == 0
+    readme = (DEPLOY / "README.md").read_text()
+    assert f"ssl.keystore.location={tls}/tls-combined.pem" in readme
+    assert f"secretName: {secret['secretName']}" in readme  # the Certificate writes that Secret
+
+
+def test_the_readme_roll_out_applies_everything_with_every_pod_held() -> None:
+    """deploy/README.md's broker-by-broker roll-out: step 2 applies every manifest, and the
+    StatefulSet with its partition at the replica count (the file's partition: 0, applied as
+    it is, would let every pod through at once)."""
+    readme = (DEPLOY / "README.md").read_text()
+    section = readme.split("## Rolling out sidecars broker by broker", 1)[1].split("\n## ", 1)[0]
+    step = section.split("# 2.", 1)[1].split("# 3.", 1)[0]
+    applied = set(re.findall(r"-f deploy/k8s/([\w.-]+\.yaml)", step))
+    edit = re.search(r"sed '(s/(.+?)/(.+?)/)' deploy/k8s/(\w+\.yaml) \| kubectl -n kafka apply -f -", step)
+    assert edit, step
+    assert edit[4] not in applied and not re.search(r"-f deploy/k8s/?(\s|$)", step)  # not as it is
+    assert applied | {edit[4]} == {path.name for path in K8S.glob("*.yaml")}
+    text = (K8S / edit[4]).read_text()
+    assert len(re.findall(edit[2], text, flags=re.MULTILINE)) == 1
+    held = yaml.safe_load(re.sub(edit[2], edit[3], text, flags=re.MULTILINE))
+    assert held["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == held["spec"]["replicas"]
+    assert "kubectl -n kafka rollout restart statefulset/kafka" in step
+
+
+def test_configmap_says_which_of_its_keys_change_live() -> None:
+    """configmap.yaml's header names the keys of its sidecar.properties that a reload
+    changes in running pods (the rest wait for the roll-out); a key added or made live
+    must be named there too."""
+    live = {key for key in template_properties() if is_live(key)}
+    assert live == {"sidecar.shutdown.drain.ms", "max.connection.creation.rate", "max.connections.per.ip"}
+    header = (K8S / "configmap.yaml").read_text().split("\napiVersion:", 1)[0]
+    assert all(key in header for key in live)
 
 
 def test_clients_bootstrap_through_every_ready_sidecar() -> None:

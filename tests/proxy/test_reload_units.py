@@ -278,6 +278,7 @@ async def test_post_reload_runs_the_hook_and_answers_its_outcome() -> None:
     assert (await route(Probed(hook), "POST", "/-/reload")).startswith(b"HTTP/1.1 500 ")
     assert (await route(Probed(hook), "GET", "/-/reload")).startswith(b"HTTP/1.1 405 ")
     assert (await route(Probed(None), "POST", "/-/reload")).startswith(b"HTTP/1.1 404 ")
+    assert (await route(Probed(hook), "POST", "/-/reload", local=False)).startswith(b"HTTP/1.1 403 ")
     assert (await route(Probed(hook), "POST", "/metrics")).startswith(b"HTTP/1.1 405 ")
     assert len(triggers) == 2
 
