@@ -28,14 +28,14 @@ import itertools
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 
 from observers.api import ClientAddress, ObserverConfig
 from observers.errors import ObserverError
 from observers.exchange import Exchange, Frame, Link
-from observers.loader import Loaded, load
+from observers.loader import Loaded, load, settings_for
 from observers.worker import Clock, HubMetrics, Settings, Worker
 from protocol.apis import ApiRegistry
 from protocol.headers import RequestHeader
@@ -99,6 +99,16 @@ class ObserverHub:
             raise RuntimeError("run_due: the worker threads run the loops of a started hub")
         due = [d for d in (w.run_due() for w in self.workers) if d is not None]
         return min(due) if due else None
+
+    def queue_settings(self, config: Mapping[str, str]) -> list[Settings]:
+        """Each observer's queue settings as ``config`` gives them (a reload's prepare);
+        raises :class:`~observers.errors.ObserverError` naming a bad key."""
+        return [settings_for(worker.name, config) for worker in self.workers]
+
+    def use_queue_settings(self, settings: Sequence[Settings]) -> None:
+        """Put :meth:`queue_settings`'s result in force (a reload's commit)."""
+        for worker, own in zip(self.workers, settings, strict=True):
+            worker.use(own)
 
     def tap(self, listener: str, host: str, port: int, broker_id: int) -> Tap:
         """The hand-off for one new connection."""

@@ -100,7 +100,7 @@ class Worker:
     ) -> None:
         self.observer = observer
         self.name = name
-        self.settings = settings
+        self.settings = settings  # replaced whole by use() (a reload)
         self.apis = apis
         self.clock = clock
         self.capacity = settings.capacity
@@ -136,6 +136,13 @@ class Worker:
 
     # -- on the data path --------------------------------------------------------------
 
+
+    def use(self, settings: Settings) -> None:
+        """New queue settings (a reload): the bound, the overflow policy and how long a
+        block may last, from the next exchange offered; what is queued stays queued."""
+        self.settings = settings
+        self.capacity = settings.capacity
+        self.wake_at = max(1, min(WAKE_BATCH, settings.capacity // 2))
     def offer(self, exchange: Exchange) -> bool:
         """Queue ``exchange`` if there is room (never blocks)."""
         items = self.items

@@ -841,7 +841,8 @@ LISTENER_KEYS = (
 #: The keys a reload changes in a running sidecar (docs/operations.md, "Reloading"); a
 #: change to any other key is applied at the next restart, and a reload names it. Open-ended
 #: families: ``filter.*`` reload; ``listener.name.<l>.<key>`` as ``<key>`` does;
-#: ``tag.*`` and ``observer.*`` need a restart.
+#: ``observer.<name>.queue.capacity`` / ``.overflow`` / ``.block.max.ms`` reload; ``tag.*``
+#: and every other ``observer.*`` key need a restart.
 LIVE_KEYS = frozenset({
     # TLS: server certificates and trusted CAs, per listener; ZooKeeper's for new sessions
     "ssl.keystore.location", "ssl.key.password", "ssl.truststore.location", "ssl.client.auth",
@@ -869,7 +870,13 @@ LIVE_KEYS = frozenset({
     "sidecar.shutdown.drain.ms",
     # the process itself
     "sidecar.log.level", "sidecar.config.watch.ms",
+    # the observers' queues (not the observers themselves: those need a restart)
+    "observer.queue.capacity", "observer.overflow", "observer.block.max.ms",
+    "observer.audit.queue.capacity", "observer.audit.overflow", "observer.audit.block.max.ms",
 })
+
+#: An observer's own queue keys (``observer.<name>.<key>``) change on a reload too.
+_OBSERVER_QUEUE_KEYS = (".queue.capacity", ".overflow", ".block.max.ms")
 
 
 def is_live(name: str) -> bool:
@@ -879,6 +886,8 @@ def is_live(name: str) -> bool:
         return True
     if name.startswith("listener.name."):
         return name[len("listener.name."):].partition(".")[2] in LIVE_KEYS
+    if name.startswith("observer.") and name.endswith(_OBSERVER_QUEUE_KEYS):
+        return True
     return name in LIVE_KEYS
 
 
@@ -1120,7 +1129,8 @@ def reference_markdown() -> str:
         "",
         "Reload: `live` keys change in a running sidecar on a reload (SIGHUP, `ksidecar reload`, a",
         "changed file; docs/operations.md, \"Reloading\"); `restart` keys wait for the next start.",
-        "`filter.*` keys are live, `tag.*` and `observer.*` keys need a restart.",
+        "`filter.*` keys and each observer's own `observer.<name>.queue.capacity`, `.overflow` and",
+        "`.block.max.ms` are live; `tag.*` and the other `observer.*` keys need a restart.",
         "",
         "| key | type | default | allowed | reload | meaning |",
         "|---|---|---|---|---|---|",

@@ -21,12 +21,14 @@ import trio
 from prometheus_client import CollectorRegistry, Counter
 
 from coordinator.features import parse_supported_override, supported_features
+from observers.errors import ObserverError
+from observers.worker import Settings
 from protocol.apis import ApiRegistry
 from protocol.leniency import RESPONSE, Leniency
 from proxy.auth.gate import ListenerAuth
 from proxy.auth.principal_mapping import PrincipalMapper
 from proxy.config import Endpoint, HostPort, SidecarConfig
-from proxy.config.keys import filter_entries
+from proxy.config.keys import ConfigError, filter_entries, observer_entries
 from proxy.config.settings import (
     ConnectionSettings,
     SaslSettings,
@@ -437,8 +439,12 @@ class Sidecar:
                 check_certificate_change(config, listener, old, new)
         mappers = _principal_mappers(config)
         filters = self._load_filters(config, again=True)
+        try:
+            queues = self.observers.queue_settings(observer_entries(config)) if self.observers is not None else []
+        except ObserverError as exc:
+            raise ConfigError(str(exc)) from None
         return PreparedReload(config=config, tls=tls, mappers=mappers,
-                              filters=() if self.role is Role.SUPERVISOR else filters)
+                              filters=() if self.role is Role.SUPERVISOR else filters, observer_queues=queues)
 
     async def apply_reload(self, config: SidecarConfig) -> None:
         """A single process's reload (:class:`proxy.control.reload.Reloading`): prepare,
@@ -454,6 +460,8 @@ class Sidecar:
         self._tls = prepared.tls
         self._principal_mappers = prepared.mappers
         self.filters = prepared.filters
+        if self.observers is not None:
+            self.observers.use_queue_settings(prepared.observer_queues)
         self.connection_settings = ConnectionSettings.from_config(config)
         self.idle.configure(self.connection_settings.idle_timeout, self.connection_settings.request_read_timeout)
         self._parts = {}  # new connections: new settings, SASL mechanisms and users file
@@ -743,6 +751,7 @@ class PreparedReload:
     tls: dict[str, ServerTls]
     mappers: dict[str, PrincipalMapper]
     filters: tuple[LoadedFilter, ...]
+    observer_queues: list[Settings]
 
 
 def _listeners_tls(config: SidecarConfig) -> dict[str, ServerTls]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def test_the_harness_forwards_every_request_and_answers_each() -> None:
     assert measure(rounds=5, per_pass=4) > 0
 
 
-@pytest.mark.parametrize("kind", ["epoll", "trio"])
+@pytest.mark.parametrize("kind", ["epoll", "trio", "splice"])
 def test_a_floor_relay_copies_both_ways_unchanged(kind: str) -> None:
     echo = socket.create_server(("127.0.0.1", 0))
     upstream_port = echo.getsockname()[1]
@@ -44,8 +45,12 @@ def test_a_floor_relay_copies_both_ways_unchanged(kind: str) -> None:
 
     threading.Thread(target=serve, daemon=True).start()
     port = free_port("127.0.0.1")
-    relay = subprocess.Popen([sys.executable, "-m", "tests.bench.floor_relays", kind, str(port), "127.0.0.1",
-                              str(upstream_port)], cwd=ROOT)
+    if kind == "splice":  # the minimal relay, moving bytes with splice(2) (BENCH_RELAY_SPLICE=1)
+        command = ["tests.bench.relay", str(port)]
+        env = {**os.environ, "BENCH_RELAY_SPLICE": "1"}
+    else:
+        command, env = ["tests.bench.floor_relays", kind, str(port)], None
+    relay = subprocess.Popen([sys.executable, "-m", *command, "127.0.0.1", str(upstream_port)], cwd=ROOT, env=env)
     try:
         with _connect(port, f"the {kind} relay") as client:
             client.sendall(b"abcdef")

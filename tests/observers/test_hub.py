@@ -294,3 +294,20 @@ async def test_blocked_exchanges_wait_block_max_on_the_virtual_clock(autojump_cl
     assert tap.retry()  # 0.4 s > 0.3 s: dropped and counted
     assert value(registry, "ksidecar_observer_dropped_total", "slow") == 1
     hub.close(1)
+
+
+def test_a_reload_changes_the_queue_bound_and_overflow_from_the_next_exchange() -> None:
+    # A hub whose threads never start: nothing is taken off the queue, so the bound shows.
+    counting = fakes.CountingObserver()
+    hub, registry = hub_of((counting, "counting", Settings(capacity=4)))
+    tap = hub.tap("PLAINTEXT", "127.0.0.1", 1, 0)
+    for i in range(6):
+        complete(tap, i)
+    assert value(registry, "ksidecar_observer_dropped_total", "counting") == 2
+    with pytest.raises(ObserverError, match="observer.counting.overflow='sometimes'"):
+        hub.queue_settings({"observer.counting.overflow": "sometimes"})
+    hub.use_queue_settings(hub.queue_settings({"observer.queue.capacity": "6"}))
+    for i in range(4):
+        complete(tap, 10 + i)
+    assert value(registry, "ksidecar_observer_dropped_total", "counting") == 4  # 4 queued + 2 of 4 more
+    assert hub.workers[0].settings == Settings(capacity=6)

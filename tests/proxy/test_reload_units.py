@@ -46,6 +46,8 @@ def test_every_live_key_is_a_key_and_the_families_follow_their_keys() -> None:
     assert not is_live("listener.name.external.max.connection.creation.rate.nope")
     assert is_live("filter.rate.limit")  # an operator filter's own key
     assert not is_live("tag.rack") and not is_live("observer.audit.dir") and not is_live("listeners")
+    assert is_live("observer.audit.overflow") and is_live("observer.mine.block.max.ms")
+    assert not is_live("observer.class.names") and not is_live("observer.mine.dir")
 
 
 def test_changed_keys_compares_values_not_spelling_and_splits_live_from_restart() -> None:
