@@ -123,6 +123,12 @@ class Reloader:
         self.last_success_time = time.time()
         #: Keys changed in the files that wait for a restart (as of the last reload).
         self.restart_pending: tuple[str, ...] = ()
+        #: Set when the sidecar begins to drain: no reload from then on.
+        self.stopped = False
+
+    def stop(self) -> None:
+        """No more reloads (the sidecar drains: its workers no longer take one)."""
+        self.stopped = True
 
     async def reload(self, trigger: str) -> ReloadOutcome:
         """Read the configuration again and put it in force, or change nothing; logged."""
@@ -141,6 +147,9 @@ class Reloader:
         return outcome
 
     async def _reload(self, trigger: str) -> ReloadOutcome:
+        if self.stopped:
+            return ReloadOutcome(applied=False, trigger=trigger, error="the sidecar is draining",
+                                 config_hash=config_hash(self.config))
         try:
             new = self.source.load()  # small files: read on the loop, as the TLS files are
             changes = changed_keys(self.config, new)
@@ -171,7 +180,7 @@ async def watch(reloader: Reloader) -> None:
     """Reload whenever a watched file's content changes (:meth:`ConfigSource.watched`),
     looking every ``sidecar.config.watch.ms`` (0: not at all, until a reload sets it)."""
     seen = _digests(reloader)
-    while True:
+    while not reloader.stopped:
         interval = reloader.config["sidecar.config.watch.ms"] / 1000
         await trio.sleep(interval if interval > 0 else 1.0)
         if interval <= 0:

@@ -328,6 +328,9 @@ class Supervisor:
         and each running worker prepare ``config``; all commit only when all prepared,
         else all drop it and :class:`~proxy.config.ConfigError` says why."""
         async with self._reload_lock:
+            # From now on a worker that becomes ready takes the configuration in force
+            # first (after this reload, which holds the lock, whatever it decides).
+            self._reloaded = True
             prepared = self.sidecar.prepare_reload(config)
             asked = [(w, w.channel) for w in self.workers if w.ready and w.channel is not None]
             errors = [error for worker, channel in asked
@@ -341,7 +344,6 @@ class Supervisor:
             self.sidecar.commit_reload(prepared)
             self.owner.ports = self.sidecar.ports
             self.config = config
-            self._reloaded = True
 
     async def _least_loaded(self) -> WorkerSlot:
         """The ready worker serving the fewest connections (waits while none is ready)."""

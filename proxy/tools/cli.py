@@ -162,6 +162,7 @@ async def run_sidecar(config: SidecarConfig, build: Callable[[], Serving],
                     continue
                 log.info("received %s: draining (up to %d ms; a second signal stops at once)",
                          signal.Signals(signum).name, reloader.config["sidecar.shutdown.drain.ms"])
+                reloader.stop()
                 break
             drained: list[int] = []
             async with trio.open_nursery() as drain:

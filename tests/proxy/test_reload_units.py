@@ -222,6 +222,10 @@ async def test_a_reload_applies_what_validates_and_refuses_the_rest(tmp_path: Pa
     path.unlink()
     gone = await reloader.reload("SIGHUP")
     assert not gone.applied and "cannot read config file" in (gone.error or "")
+    write(path, **{"policy.produce.max.records": "7"})
+    reloader.stop()  # the sidecar drains
+    draining = await reloader.reload("SIGHUP")
+    assert not draining.applied and draining.error == "the sidecar is draining" and len(serving.configs) == 1
 
 
 async def test_the_watch_reloads_when_a_watched_file_changes_through_a_symlink_swap(
