@@ -439,12 +439,15 @@ class Sidecar:
                 check_certificate_change(config, listener, old, new)
         mappers = _principal_mappers(config)
         filters = self._load_filters(config, again=True)
+        if self.role is Role.SUPERVISOR:  # built only to check them: the workers run their own
+            for loaded in filters:
+                loaded.close()
+            filters = ()
         try:
             queues = self.observers.queue_settings(observer_entries(config)) if self.observers is not None else []
         except ObserverError as exc:
             raise ConfigError(str(exc)) from None
-        return PreparedReload(config=config, tls=tls, mappers=mappers,
-                              filters=() if self.role is Role.SUPERVISOR else filters, observer_queues=queues)
+        return PreparedReload(config=config, tls=tls, mappers=mappers, filters=filters, observer_queues=queues)
 
     async def apply_reload(self, config: SidecarConfig) -> None:
         """A single process's reload (:class:`proxy.control.reload.Reloading`): prepare,
@@ -459,7 +462,7 @@ class Sidecar:
         config = self.config = prepared.config
         self._tls = prepared.tls
         self._principal_mappers = prepared.mappers
-        self.filters = prepared.filters
+        replaced, self.filters = self.filters, prepared.filters
         if self.observers is not None:
             self.observers.use_queue_settings(prepared.observer_queues)
         self.connection_settings = ConnectionSettings.from_config(config)
@@ -468,6 +471,8 @@ class Sidecar:
         chain = (*self._quota_filters, *self.filters)
         for dispatch in list(self._dispatches):
             dispatch.replace_filters(chain)
+        for loaded in replaced:
+            loaded.close()
         self.gate.reconfigure(gate_config(config))
         self.ip_quotas.configure(config["sidecar.ip.connection.creation.rate"],
                                  config["sidecar.ip.connection.creation.rate.overrides"])

@@ -202,6 +202,16 @@ class LoadedFilter:
         self._clock = clock
         self._log = logging.getLogger(f"ksidecar.filter.{name}")
 
+    def close(self) -> None:
+        """Call the filter's ``close()``, if it has one (the chain it was in was replaced by
+        a reload); a failure is logged, never raised."""
+        close = getattr(self.instance, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:
+                self._log.exception("filter %s: close() failed", self.name)
+
     def on_request(self, request: Request) -> Request | Decision | None:
         """Ask the filter; carry its verdict over into the chain's terms."""
         header = request.header

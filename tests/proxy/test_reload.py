@@ -334,6 +334,12 @@ class Gate:
 
     def on_request(self, request, context):
         return Refuse(44, self.message) if REFUSE else None
+
+    def close(self):
+        CLOSED.append(self.message)
+
+
+CLOSED = []
 '''
 
 
@@ -352,3 +358,5 @@ async def test_a_reload_imports_an_operators_filter_again_for_the_next_request_o
         (tmp_path / f"{module}.py").write_text(FILTER_MODULE.format(refuse=True) + "# changed\n")
         await sidecar.apply_reload(build_config({**raw, "filter.gate.message": "closed for the night"}))
         assert await produce_two(wire, topic, 2) == POLICY_VIOLATION  # the same connection, the new code
+    assert sys.modules[module].CLOSED == ["no"]  # the replaced instance (configured before: "no") was closed
+    assert getattr(sidecar.filters[0].instance, "message") == "closed for the night"
