@@ -359,4 +359,4 @@ async def test_a_reload_imports_an_operators_filter_again_for_the_next_request_o
         await sidecar.apply_reload(build_config({**raw, "filter.gate.message": "closed for the night"}))
         assert await produce_two(wire, topic, 2) == POLICY_VIOLATION  # the same connection, the new code
     assert sys.modules[module].CLOSED == ["no"]  # the replaced instance (configured before: "no") was closed
-    assert getattr(sidecar.filters[0].instance, "message") == "closed for the night"
+    assert sidecar.filters[0].instance.message == "closed for the night"
