@@ -304,7 +304,7 @@ def test_a_reload_changes_the_queue_bound_and_overflow_from_the_next_exchange() 
     for i in range(6):
         complete(tap, i)
     assert value(registry, "ksidecar_observer_dropped_total", "counting") == 2
-    with pytest.raises(ObserverError, match="observer.counting.overflow='sometimes'"):
+    with pytest.raises(ObserverError, match=r"observer\.counting\.overflow='sometimes'"):
         hub.queue_settings({"observer.counting.overflow": "sometimes"})
     hub.use_queue_settings(hub.queue_settings({"observer.queue.capacity": "6"}))
     for i in range(4):
