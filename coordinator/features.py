@@ -7,8 +7,11 @@ version is the FinalizedFeaturesEpoch. A feature that is not in ``/feature`` is 
 at level 0. UpdateFeatures requests are judged here (:func:`plan_update`), rule by rule in
 the order of PROTOCOL_NOTES ("KIP-584 as Kafka implements it"), all or nothing: either
 every update is valid and the new finalized map is written in one compare-and-set, or
-nothing is written. The shell (``proxy/control/features_state.py``) reads and writes the
-node; this module only decides. Nothing here does I/O.
+nothing is written. A feature this sidecar neither supports nor has finalized is refused
+before those rules, as Kafka 4.x's controller refuses one it does not know
+(:func:`refuse_unknown`, INVALID_UPDATE_VERSION). The shell
+(``proxy/control/features_state.py``) reads and writes the node; this module only decides.
+Nothing here does I/O.
 
 Features owned by the sidecar:
 
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from protocol.apis import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
@@ -51,12 +54,11 @@ GATED_APIS: dict[int, tuple[str, int]] = {
     CONSUMER_GROUP_DESCRIBE: (GROUP_VERSION, 1),
 }
 
-
-
 # The error codes feature decisions answer with, by their names in the one enum.
 NONE = ErrorCode.NONE
 CLUSTER_AUTHORIZATION_FAILED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+INVALID_UPDATE_VERSION = ErrorCode.INVALID_UPDATE_VERSION
 FEATURE_UPDATE_FAILED = ErrorCode.FEATURE_UPDATE_FAILED
 
 
@@ -413,3 +415,48 @@ def concurrent_update_error(epoch: int) -> FeatureError:
     return FeatureError(code=ErrorCode.FEATURE_UPDATE_FAILED, message=(
         f"Failed to update the finalized features: {FEATURE_PATH} changed concurrently (epoch {epoch} "
         "is no longer current); read the features again and retry."))
+
+
+# -- features nobody here knows ----------------------------------------------------------------
+
+#: What Kafka's controller puts before the refusal of one feature in the top-level message
+#: (``QuorumController.updateFeatures``, Kafka 4.x), where it answers no per-feature results.
+FAILED_FOR_ALL = "The update failed for all features since the following feature had an error: "
+
+
+def unknown_feature_error(update: FeatureUpdate, *, node_id: int) -> FeatureError:
+    """Kafka's refusal of an update to a feature the controller does not know.
+
+    Kafka 4.x's controller (``FeatureControlManager.updateFeature``) answers
+    INVALID_UPDATE_VERSION, checking in this order: an unknown upgrade type; a level below
+    0; a level the controller does not support (an unknown feature supports only level 0,
+    ``QuorumFeatures.DISABLED``), said of the "Local controller" by its node id; and, at
+    level 0, the feature's name, which it cannot find. ``node_id`` is the answering
+    sidecar's ``broker.id``: the sidecar plays the controller for UpdateFeatures.
+    """
+    name, level = update.feature, update.level
+    if update.upgrade_type not in tuple(UpgradeType):
+        reason = "The controller does not support the given upgrade type."
+    elif level < 0:
+        reason = "A feature version cannot be less than 0."
+    elif level > 0:
+        reason = f"Local controller {node_id} does not support this feature."
+    else:
+        reason = f"Feature {name} not found."
+    return FeatureError(code=INVALID_UPDATE_VERSION,
+                        message=f"Invalid update version {level} for feature {name}. {reason}")
+
+
+def refuse_unknown(updates: Iterable[FeatureUpdate], *, known: Container[str], node_id: int) -> FeatureError | None:
+    """The whole request's refusal when it names a feature not in ``known``, else ``None``.
+
+    As Kafka's controller: the first such feature (in request order; Kafka's is its map's)
+    refuses every update, nothing is written, and the message is the top level's
+    (:data:`FAILED_FOR_ALL` before that feature's :func:`unknown_feature_error`). An empty
+    name is left to :func:`check_update` ("Feature name can not be empty.").
+    """
+    for update in updates:
+        if update.feature and update.feature not in known:
+            error = unknown_feature_error(update, node_id=node_id)
+            return FeatureError(code=error.code, message=FAILED_FOR_ALL + error.message)
+    return None

@@ -1,16 +1,21 @@
 """UpdateFeatures (57) v0-v2 for the sidecar's own features (KIP-584).
 
-Requests that name only the broker's features are not taken (:func:`takes`): the broker
-decides them. A request naming one of ours is answered here, by every sidecar alike (no
-controller: ``docs/features.md``): top-level CLUSTER_AUTHORIZATION_FAILED unless the
-principal is in ``super.users``, then INVALID_REQUEST for a request that mixes ours with the
-broker's or names a feature twice, then the per-feature rules of
+Requests that name only the broker's features are not taken (:func:`takes`) when the
+broker serves UpdateFeatures at that version: the broker decides them. A request naming
+one of ours, or any request the broker could not answer (Tansu serves no UpdateFeatures),
+is answered here, by every sidecar alike (no controller: ``docs/features.md``): top-level
+CLUSTER_AUTHORIZATION_FAILED unless the principal is in ``super.users``, then
+INVALID_REQUEST for a request that mixes ours with the broker's (only where the broker
+serves the API) or names a feature twice, then INVALID_UPDATE_VERSION for a feature this
+sidecar neither supports nor has finalized, as Kafka's controller answers it
+(:func:`coordinator.features.refuse_unknown`), then the per-feature rules of
 :func:`coordinator.features.check_update`, all or nothing, and one compare-and-set write of
 ``/feature`` (:class:`~proxy.local.ports.FeaturePort`).
 
 Answer shape: v0-v1 list each feature's result (top level NONE when every update applied,
 else the first refusal's code and message); v2 has no results, so its top level carries
-the first refusal.
+the first refusal. An unknown feature's refusal has Kafka 4.x's shape at every version:
+the top level only, no results.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from coordinator.features import FeatureError
+from coordinator.features import FeatureError, refuse_unknown
 from protocol.apis import UPDATE_FEATURES, ApiRegistry
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
@@ -38,10 +43,28 @@ def takes(registry: ApiRegistry) -> Takes:
         api = registry.api(UPDATE_FEATURES)
         if features is None or header.api_version not in api.versions or request is None:
             return False  # unreadable: the broker answers it as it would
+        if not broker_serves(context, header.api_version):
+            return True  # else nobody would: the client gets only the KIP-35 empty answer
         asked = UpdateFeaturesRequest.from_wire(header.api_version, request)
         return any(features.owns(name) for name in asked.features)
 
     return predicate
+
+
+def broker_serves(context: Context, version: int) -> bool:
+    """True when the broker serves UpdateFeatures at ``version`` (as the control connection
+    last learned; not known yet: true, the router forwards then too)."""
+    info = context.ports.upstream.info
+    if info is None:
+        return True
+    span = info.api_versions.get(UPDATE_FEATURES)
+    return span is not None and span[0] <= version <= span[1]
+
+
+def _node_id(context: Context) -> int:
+    """This sidecar's ``broker.id`` (the "local controller" of Kafka's messages)."""
+    me, _ = context.ports.brokers.broker_entries(context.listener)
+    return me.node_id
 
 
 def _code(error: FeatureError | None) -> ErrorCode:
@@ -50,8 +73,8 @@ def _code(error: FeatureError | None) -> ErrorCode:
 
 def _response(names: list[str], error: FeatureError | None,
               results: Iterable[tuple[str, FeatureError | None]] | None = None) -> UpdateFeaturesResponse:
-    """The answer: ``error`` at the top level, and per feature ``results`` or, for a top-level
-    refusal (``None``), ``error`` on every feature (Kafka's ``createWithErrors``)."""
+    """The answer: ``error`` at the top level, and per feature ``results`` (``()``: none) or,
+    for a top-level refusal (``None``), ``error`` on every feature (Kafka's ``createWithErrors``)."""
     if results is None:
         results = [(name, error) for name in names]
     return UpdateFeaturesResponse(
@@ -72,7 +95,7 @@ def handle(request: LocalRequest, context: Context) -> Answer:
             code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
             message=f"{context.principal} may not update features: only super.users may.")).to_wire(version))
     brokers = [name for name in names if name and not features.owns(name)]
-    if brokers:
+    if brokers and broker_serves(context, version):
         ours = [name for name in names if features.owns(name)]
         return Respond(body=_response(names, FeatureError(code=ErrorCode.INVALID_REQUEST, message=(
             f"The request mixes features the sidecar decides ({', '.join(ours)}) with features the "
@@ -82,6 +105,10 @@ def handle(request: LocalRequest, context: Context) -> Answer:
         return Respond(body=_response(names, FeatureError(code=ErrorCode.INVALID_REQUEST, message=(
             f"The request contains multiple updates for the same feature: {', '.join(duplicates)}."
         ))).to_wire(version))
+    known = set(features.snapshot.supported) | set(features.snapshot.finalized)
+    if any(name and name not in known for name in names):
+        unknown = refuse_unknown(asked.updates, known=known, node_id=_node_id(context))
+        return Respond(body=_response(names, unknown, results=()).to_wire(version))
 
     async def answer() -> Respond:
         outcome = await features.update(asked.updates, validate_only=asked.validate_only)

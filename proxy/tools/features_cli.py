@@ -90,8 +90,17 @@ def run(args: argparse.Namespace) -> int:
     except (AdminError, ValueError) as exc:
         print(f"ksidecar features: {exc}", file=sys.stderr)
         return 1
+    return report(args, updates, answer)
+
+
+def report(args: argparse.Namespace, updates: list[tuple[str, int, int]], answer: Any) -> int:
+    """Print FeatureCommand's line per feature and, when some failed, its count on stderr.
+
+    A feature without a result of its own (v2, or a refusal Kafka answers at the top level
+    only, such as an unknown feature's) takes the top level's error and message.
+    """
     results = {r.Feature: r for r in answer.Results or []}
-    failed = False
+    failures = 0
     for name, level, _ in updates:
         result = results.get(name)
         code = result.ErrorCode if result is not None else answer.ErrorCode
@@ -100,7 +109,10 @@ def run(args: argparse.Namespace) -> int:
         if code == 0:
             print(f"{name} can be {what}." if args.dry_run else f"{name} was {what}.")
         else:
-            failed = True
-            verb = "disable" if args.verb == "disable" else f"{args.verb} {name} to {level}"
-            print(f"Could not {verb if args.verb != 'disable' else verb + ' ' + name}. {message}")
-    return 1 if failed else 0
+            failures += 1
+            helper = "Can not" if args.dry_run else "Could not"
+            verb = f"disable {name}" if args.verb == "disable" else f"{args.verb} {name} to {level}"
+            print(f"{helper} {verb}. {message}")
+    if failures:
+        print(f"{failures} out of {len(updates)} operation(s) failed.", file=sys.stderr)
+    return 1 if failures else 0

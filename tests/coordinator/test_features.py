@@ -27,8 +27,10 @@ from coordinator.features import (
     parse_registration_features,
     parse_supported_override,
     plan_update,
+    refuse_unknown,
     registration_features,
     supported_features,
+    unknown_feature_error,
 )
 
 OURS = {GROUP_VERSION: SupportedRange(0, 1), AUDIT_FORMAT: SupportedRange(0, 1)}
@@ -180,3 +182,43 @@ def test_concurrent_error() -> None:
 def test_defaults_within_the_creators_range() -> None:
     assert default_levels(OURS) == {GROUP_VERSION: 1, AUDIT_FORMAT: 0}
     assert default_levels({GROUP_VERSION: SupportedRange(0, 0)}) == {GROUP_VERSION: 0}
+
+
+# -- a feature nobody here knows: Kafka 4.x's controller's answer --------------------------------
+# Expected values are Kafka 4.3's (FeatureControlManager.updateFeature, QuorumFeatures.reasonNotSupported,
+# Feature.featureFromName and QuorumController.updateFeatures), written out by hand: INVALID_UPDATE_VERSION
+# is Kafka's error code 95.
+
+
+def unknown(feature: str, level: int, kind: int = 1) -> tuple[int, str]:
+    error = unknown_feature_error(FeatureUpdate(feature=feature, level=level, upgrade_type=kind), node_id=111)
+    return error.code, error.message
+
+
+def test_an_unknown_feature_is_refused_as_kafkas_controller_refuses_it() -> None:
+    assert unknown("share.version", 1) == (
+        95, "Invalid update version 1 for feature share.version. Local controller 111 does not support this feature.")
+    assert unknown("share.version", 3, 2) == (  # support is checked before the direction
+        95, "Invalid update version 3 for feature share.version. Local controller 111 does not support this feature.")
+    # Level 0 is within an unknown feature's only range (0-0): the name is what fails.
+    assert unknown("share.version", 0, 2) == (
+        95, "Invalid update version 0 for feature share.version. Feature share.version not found.")
+    assert unknown("share.version", 0, 1) == (
+        95, "Invalid update version 0 for feature share.version. Feature share.version not found.")
+    assert unknown("share.version", -1, 2) == (
+        95, "Invalid update version -1 for feature share.version. A feature version cannot be less than 0.")
+    assert unknown("share.version", 1, 9) == (  # the upgrade type first of all
+        95, "Invalid update version 1 for feature share.version. The controller does not support the given "
+        "upgrade type.")
+
+
+def test_the_first_unknown_feature_refuses_the_whole_request() -> None:
+    known = {GROUP_VERSION, AUDIT_FORMAT}
+    ours = FeatureUpdate(feature=GROUP_VERSION, level=1)
+    assert refuse_unknown([ours], known=known, node_id=111) is None
+    assert refuse_unknown([FeatureUpdate(feature="", level=1)], known=known, node_id=111) is None  # check_update's
+    error = refuse_unknown([ours, FeatureUpdate(feature="ksidecar.nothing", level=2),
+                            FeatureUpdate(feature="share.version", level=1)], known=known, node_id=7)
+    assert error is not None and (error.code, error.message) == (
+        95, "The update failed for all features since the following feature had an error: Invalid update "
+        "version 2 for feature ksidecar.nothing. Local controller 7 does not support this feature.")
