@@ -89,6 +89,7 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
     INVALID_REGULAR_EXPRESSION = 128
+    INVALID_RECORD_STATE = 121
 
 
 class ProtocolError(Exception):
