@@ -21,6 +21,14 @@ result is reversible (:func:`unescape`) and leaves ordinary names (``orders``,
 A znode holding only a decimal number (the format of Kafka's ZooKeeper-based consumers)
 is read as that offset, committed at the znode's modification time.
 
+**Group configs** (KIP-848's and KIP-932's GROUP-resource configs) lie apart, where Kafka
+kept each entity type's dynamic configs in ZooKeeper (``/config/<entity-type>/<name>``;
+``groups`` is Kafka's ``ConfigType.GROUP``), the group id escaped as above::
+
+    /config/groups/<group>                          {"version":1,"config":{"<key>":"<value>"}}
+
+(:func:`group_config_path`; the format is :mod:`coordinator.group_configs`').
+
 **Registry znode**: the record of :meth:`coordinator.classic_group.ClassicGroup.to_record`
 or :meth:`coordinator.consumer_group.ConsumerGroup.to_record` as UTF-8 JSON; both carry
 ``"version": 1`` and ``"type": "classic" | "consumer"``.
@@ -34,6 +42,8 @@ from urllib.parse import quote, unquote
 from coordinator.outcome import OffsetValue
 
 ROOT = "/consumers"
+#: Where group configs lie (Kafka's ``/config/<entity-type>`` with ``ConfigType.GROUP``).
+GROUP_CONFIG_ROOT = "/config/groups"
 REGISTRY = "registry"
 OFFSETS = "offsets"
 OFFSET_FORMAT_VERSION = 1
@@ -73,6 +83,11 @@ def topic_path(group_id: str, topic: str, root: str = ROOT) -> str:
 def offset_path(group_id: str, topic: str, partition: int, root: str = ROOT) -> str:
     """``/consumers/<group>/offsets/<topic>/<partition>``."""
     return f"{topic_path(group_id, topic, root)}/{int(partition)}"
+
+
+def group_config_path(group_id: str, root: str = GROUP_CONFIG_ROOT) -> str:
+    """``/config/groups/<group>``: the group's configs."""
+    return f"{root}/{escape(group_id)}"
 
 
 def encode_offset(value: OffsetValue) -> bytes:
