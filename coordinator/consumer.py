@@ -169,7 +169,8 @@ class ConsumerProtocol:
                 or updated.subscribed_topic_regex != member.subscribed_topic_regex)
         if bump:
             self._maybe_bump(group, force=True, now=now)
-        self.ctx.timers.set((SESSION, group.group_id, member_id), now + self.ctx.settings.consumer_session_timeout_ms)
+        session_ms, heartbeat_ms = self.ctx.consumer_timeouts(group.group_id)
+        self.ctx.timers.set((SESSION, group.group_id, member_id), now + session_ms)
         full = joining or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
                            and req.topic_partitions is not None)
         # Batched mode: the next target is the tick's (armed by the epoch bump, or at load),
@@ -184,7 +185,7 @@ class ConsumerProtocol:
             self._persist(group, now)
         return ConsumerGroupHeartbeatResponse(
             member_id=member_id, member_epoch=final.member_epoch,
-            heartbeat_interval_ms=self.ctx.settings.consumer_heartbeat_interval_ms,
+            heartbeat_interval_ms=heartbeat_ms,
             assignment=_as_wire(final.assignment.assigned) if full or changed else None)
 
     def _member(self, group: ConsumerGroup, req: ConsumerGroupHeartbeatRequest, member_id: str,
@@ -401,9 +402,9 @@ class ConsumerProtocol:
     def resume(self, group: ConsumerGroup, now: int) -> None:
         """Arm the session deadlines of a group loaded from the store, and (batched mode)
         the tick of a target its previous owner had not computed yet."""
+        session_ms, _ = self.ctx.consumer_timeouts(group.group_id)
         for member_id in group.members:
-            self.ctx.timers.set((SESSION, group.group_id, member_id),
-                                now + self.ctx.settings.consumer_session_timeout_ms)
+            self.ctx.timers.set((SESSION, group.group_id, member_id), now + session_ms)
         if self.ctx.settings.consumer_assignment_batching:
             self._schedule_assignment(group, now)
 

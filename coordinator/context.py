@@ -36,3 +36,13 @@ class Context:
     #: enforces ACLs: the topics a KIP-848 member's regex resolves to are filtered by its
     #: rights (Kafka 4.0's rule). ``None``: every matching topic. Set by the shell.
     topic_access: TopicAccess | None = None
+    #: ``group id -> (session timeout, heartbeat interval)`` in ms for a KIP-848 group: its
+    #: group configs (``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms``)
+    #: where it has some. ``None``: :attr:`settings` for every group. Set by the shell.
+    group_timeouts: Callable[[str], tuple[int, int]] | None = None
+
+    def consumer_timeouts(self, group_id: str) -> tuple[int, int]:
+        """``(session timeout, heartbeat interval)`` in ms for the KIP-848 group ``group_id``."""
+        if self.group_timeouts is not None:
+            return self.group_timeouts(group_id)
+        return self.settings.consumer_session_timeout_ms, self.settings.consumer_heartbeat_interval_ms

@@ -131,8 +131,9 @@ class GroupCoordinator:
 
     def __init__(self, settings: CoordinatorSettings | None = None, *, now: int,
                  new_id: Callable[[], str] = random_id, topic_access: TopicAccess | None = None,
-                 fleet: Fleet | None = None) -> None:
-        self.ctx = Context(settings=settings or CoordinatorSettings(), new_id=new_id, topic_access=topic_access)
+                 fleet: Fleet | None = None, group_timeouts: Callable[[str], tuple[int, int]] | None = None) -> None:
+        self.ctx = Context(settings=settings or CoordinatorSettings(), new_id=new_id, topic_access=topic_access,
+                           group_timeouts=group_timeouts)
         self.classic = ClassicProtocol(self.ctx)
         self.consumer = ConsumerProtocol(self.ctx)
         self.offsets = Offsets(self.ctx)

@@ -53,6 +53,7 @@ from coordinator.outcome import Response, Step, WriteSet
 from coordinator.settings import CoordinatorSettings
 from coordinator.store import GroupStore, StoreError
 from coordinator.topics import TopicInfo, TopicsSnapshot
+from proxy.control.group_configs import GroupConfigs
 from proxy.control.registration import IDS_PATH, endpoints_of, parse_registration
 from proxy.control.zk import ZooKeeper
 from proxy.datapath.slices import SLICE, Slicer
@@ -169,8 +170,12 @@ class GroupService:
         claim_retry: float = 0.2,
         claim_wait: float = 5.0,
         topic_access: TopicAccess | None = None,
+        group_configs: GroupConfigs | None = None,
     ) -> None:
         self.clock = clock
+        #: Group configs in ZooKeeper: a KIP-848 group's own session timeout and heartbeat
+        #: interval (``None``: the key table's for every group).
+        self.group_configs = group_configs
         # Batched KIP-848 assignment (docs/coordinator.md): the timer task runs its ticks (a
         # due tick runs as soon as the requests already runnable are handled).
         #: The fleet view (``None``: this sidecar serves every group, alone).
@@ -178,7 +183,8 @@ class GroupService:
         # topic_access: KIP-848 regexes resolve only to topics the member may Describe.
         self.core = GroupCoordinator(replace(settings, consumer_assignment_batching=True,
                                              consumer_assignment_interval_ms=ASSIGNMENT_INTERVAL_MS), now=clock(),
-                                     topic_access=topic_access, fleet=self.fleet)
+                                     topic_access=topic_access, fleet=self.fleet,
+                                     group_timeouts=self._timeouts if group_configs is not None else None)
         self.zk = zk
         if store is not None:
             self.store = store
@@ -289,10 +295,17 @@ class GroupService:
 
     # -- the tasks -----------------------------------------------------------------------
 
+    def _timeouts(self, group_id: str) -> tuple[int, int]:
+        assert self.group_configs is not None
+        effective = self.group_configs.effective(group_id)
+        return effective.consumer_session_timeout_ms, effective.consumer_heartbeat_interval_ms
+
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Load the groups from ZooKeeper (alone: all of them; in a fleet: those the
         placement gives this sidecar, once claimed), then run the writer, timer and
         metadata tasks, and in a fleet the watch, placement and session tasks."""
+        if self.group_configs is not None:
+            await self.group_configs.start()
         if self.fleet is None:
             loaded = await self.zk.call(self.store.load)
             self.core.load(loaded, self.clock())

@@ -41,6 +41,7 @@ from proxy.control.client_quota_metrics import RateCollector, ThrottleCounters
 from proxy.control.client_quota_state import BROKER, ClientQuotaState
 from proxy.control.features_state import FeatureState
 from proxy.control.gate_config import gate_config
+from proxy.control.group_configs import GroupConfigs, broker_group_settings
 from proxy.control.groups import GroupService
 from proxy.control.http import ReloadHook, serve_http
 from proxy.control.identity import Brokers, Identity, OwnAddressFirst
@@ -214,8 +215,11 @@ class Sidecar:
                                  topics=self.topics)
         #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
         self.groups: GroupService | None = None
+        #: Group configs (KIP-848, KIP-932) of the groups the embedded coordinator serves.
+        self.group_configs: GroupConfigs | None = None
         if config["sidecar.coordinator"] == "embedded" and role is not Role.WORKER:
             assert self.zk is not None  # the key table refuses embedded without ZooKeeper
+            self.group_configs = GroupConfigs(self.zk, broker_group_settings(config))
             self.groups = GroupService(
                 coordinator_settings(config), self.zk, self.upstream, self.identity.coordinator_address,
                 self.metrics.registry,
@@ -223,6 +227,7 @@ class Sidecar:
                 # KIP-848 regexes resolve only to topics the member's principal may Describe.
                 topic_access=self.acls.describable if self.acls is not None and config[
                     "sidecar.authorizer.mode"] == "enforce" else None,
+                group_configs=self.group_configs,
             )
         #: ACL enforcement on the data path (``sidecar.authorizer=acls``), else ``None``.
         self.authorization = None if self.acls is None else Authorization(
@@ -249,6 +254,7 @@ class Sidecar:
             super_users=config["super.users"],
             acls=self.acls,
             features=self.features,
+            group_configs=self.group_configs,
         )
         #: What the listeners' tables serve besides ApiVersions, BrokerMetadata and SASL.
         self.table_spec = TableSpec(

@@ -18,6 +18,9 @@ import trio
 
 from coordinator.core import GroupCoordinator
 from coordinator.features import FeatureError, FeatureSnapshot, FeatureUpdate, UpdatePlan
+from coordinator.group_configs import AlterResult as GroupAlterResult
+from coordinator.group_configs import ConfigOp
+from coordinator.group_configs import DescribeResult as GroupDescribeResult
 from coordinator.outcome import Response, Step
 from proxy.auth.acl.evaluate import Authorizer
 from proxy.auth.acl.model import AclBinding, BindingFilter
@@ -233,6 +236,21 @@ class FeatureOutcome(Protocol):
         ...
 
 
+class GroupConfigPort(Protocol):
+    """Group configs (KIP-848, KIP-932) of the groups the embedded coordinator serves, in
+    ZooKeeper (:mod:`proxy.control.group_configs`)."""
+
+    def describe(self, group_id: str, keys: Sequence[str] | None, *, synonyms: bool,
+                 documentation: bool) -> GroupDescribeResult:
+        """DescribeConfigs for one GROUP resource, from the watched configs."""
+        ...
+
+    async def alter(self, group_id: str, ops: Sequence[ConfigOp], *, validate_only: bool) -> GroupAlterResult:
+        """IncrementalAlterConfigs for one GROUP resource, written to ZooKeeper when it
+        changes something."""
+        ...
+
+
 class FeaturePort(Protocol):
     """The sidecar's KIP-584 features: supported here, finalized in ``/feature`` (watched)."""
 
@@ -267,3 +285,5 @@ class Ports:
     acls: AclDirectory | None = None
     #: KIP-584 features (with ZooKeeper), else ``None``.
     features: FeaturePort | None = None
+    #: Group configs (``sidecar.coordinator=embedded``), else ``None``.
+    group_configs: GroupConfigPort | None = None

@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.apis import ApiRegistry
-from proxy.local import acls, broker_metadata, client_quotas, features, groups, scram_credentials
+from proxy.local import (
+    acls,
+    broker_metadata,
+    client_quotas,
+    features,
+    group_configs,
+    groups,
+    scram_credentials,
+)
 from proxy.local.api import LocalApi, LocalApiTable
 from proxy.local.api_versions import ApiVersionsApi
 from proxy.local.remote import Owner, remote
@@ -61,6 +69,7 @@ def owned_entries(registry: ApiRegistry, spec: TableSpec) -> list[LocalApi]:
         owned.extend(scram_credentials.entries(registry))
     if spec.groups:
         owned.extend(groups.entries(registry))
+        owned.extend(group_configs.entries(registry))
     if spec.acls:
         owned.extend(acls.entries(registry))
     if spec.features:

@@ -193,3 +193,16 @@ def test_a_heartbeat_that_changes_nothing_keeps_the_members_object() -> None:
     hb(core, "m1", joined.member_epoch, topics=("t1", "t2"))  # a new subscription: a new object
     assert group(core).members["m1"] is not member
     assert group(core).members["m1"].subscribed_topic_names == ("t1", "t2")
+
+
+def test_a_groups_own_configs_set_its_heartbeat_interval_and_session_timeout() -> None:
+    # consumer.heartbeat.interval.ms / consumer.session.timeout.ms of group "g" (group configs,
+    # looked up by the shell): 6,000 and 50,000 ms instead of the key table's 5,000 and 45,000.
+    core = core_with_topics()
+    core.ctx.group_timeouts = lambda group_id: (50_000, 6_000) if group_id == "g" else (45_000, 5_000)
+    joined = hb(core, "m1", 0, now=1_000)
+    assert joined.heartbeat_interval_ms == 6_000
+    # The member's session ends 50 s after its heartbeat, not 45 s.
+    assert core.ctx.timers.get(("consumer.session", "g", joined.member_id)) == 51_000
+    core.ctx.group_timeouts = None  # no shell lookup: the key table's values
+    assert hb(core, "m2", 0, now=2_000).heartbeat_interval_ms == 5_000
