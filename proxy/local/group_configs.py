@@ -28,11 +28,9 @@ from proxy.local.messages.configs import (
     AlterResult,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
-    DescribedConfig,
     DescribeResult,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
-    Synonym,
 )
 
 log = logging.getLogger(__name__)
@@ -64,13 +62,9 @@ def describe(request: LocalRequest, context: Context) -> Answer:
     for resource in asked.resources:
         outcome = port.describe(resource.name, resource.keys or None, synonyms=asked.include_synonyms,
                                 documentation=asked.include_documentation)
-        results.append(DescribeResult(
-            resource_type=resource.resource_type, name=resource.name, error=ErrorCode(outcome.error_code),
-            error_message=outcome.error_message, configs=tuple(DescribedConfig(
-                name=c.name, value=c.value, read_only=c.read_only, source=int(c.config_source),
-                sensitive=c.is_sensitive, config_type=int(c.config_type), documentation=c.documentation,
-                synonyms=tuple(Synonym(name=s.name, value=s.value, source=int(s.source)) for s in c.synonyms))
-                for c in outcome.configs)))
+        results.append(DescribeResult(resource_type=resource.resource_type, name=resource.name,
+                                      error=ErrorCode(outcome.error_code), error_message=outcome.error_message,
+                                      configs=outcome.configs))
     return Respond(body=DescribeConfigsResponse(results=tuple(results)).to_wire(request.version))
 
 

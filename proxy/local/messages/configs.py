@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.group_configs import ConfigEntry
 from protocol.errors import ErrorCode
 
 #: ``ConfigResource.Type.GROUP``: a group's configs (not the ACL resource type 3).
@@ -49,30 +50,6 @@ class DescribeConfigsRequest:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Synonym:
-    """One synonym of a config (v1+): where else its value may come from."""
-
-    name: str
-    value: str | None
-    source: int
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DescribedConfig:
-    """One config of a described resource."""
-
-    name: str
-    value: str | None
-    read_only: bool = False
-    source: int = -1
-    sensitive: bool = False
-    synonyms: tuple[Synonym, ...] = ()
-    #: v3+: ``ConfigEntry.ConfigType`` (0: unknown).
-    config_type: int = 0
-    documentation: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class DescribeResult:
     """The answer for one resource."""
 
@@ -80,7 +57,8 @@ class DescribeResult:
     name: str
     error: ErrorCode = ErrorCode.NONE
     error_message: str | None = None
-    configs: tuple[DescribedConfig, ...] = ()
+    #: The configs, as :mod:`coordinator.group_configs` describes them.
+    configs: tuple[ConfigEntry, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,10 +73,10 @@ class DescribeConfigsResponse:
         return {"ThrottleTimeMs": self.throttle_time_ms, "Results": [{
             "ErrorCode": int(r.error), "ErrorMessage": r.error_message, "ResourceType": r.resource_type,
             "ResourceName": r.name, "Configs": [{
-                "Name": c.name, "Value": c.value, "ReadOnly": c.read_only, "ConfigSource": c.source,
-                "IsSensitive": c.sensitive,
-                "Synonyms": [{"Name": s.name, "Value": s.value, "Source": s.source} for s in c.synonyms],
-                "ConfigType": c.config_type, "Documentation": c.documentation,
+                "Name": c.name, "Value": c.value, "ReadOnly": c.read_only, "ConfigSource": int(c.config_source),
+                "IsSensitive": c.is_sensitive,
+                "Synonyms": [{"Name": s.name, "Value": s.value, "Source": int(s.source)} for s in c.synonyms],
+                "ConfigType": int(c.config_type), "Documentation": c.documentation,
             } for c in r.configs]} for r in self.results]}
 
 
