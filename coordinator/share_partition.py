@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.share_records import (
@@ -553,29 +553,14 @@ class SharePartition:
     def expire(self, now: int) -> Released:
         """Release the records whose lock expired by ``now``: AVAILABLE again with their
         delivery count, or ARCHIVED once it reached the limit (or below the start offset)."""
-        available = archived = 0
+        released = Released(0, 0)
         while self._locks and self._locks[0][0] <= now:
             _, first, last = heapq.heappop(self._locks)
             for batch in self._span(self._stale_floor(first), last):
-                whole = batch.whole
-                if whole is not None:
-                    if not (whole.state is RecordState.ACQUIRED and whole.deadline is not None
-                            and whole.deadline <= now):
-                        continue
-                    if not batch.first < self.start_offset <= batch.last:
-                        size = batch.last - batch.first + 1
-                        if self._let_go(whole, batch.last) is RecordState.AVAILABLE:
-                            available += size
-                        else:
-                            archived += size
-                        continue
-                    batch.split()
-                for offset, record in batch.each(first, last):
-                    if record.state is RecordState.ACQUIRED and record.deadline is not None and record.deadline <= now:
-                        if self._let_go(record, offset) is RecordState.AVAILABLE:
-                            available += 1
-                        else:
-                            archived += 1
+                released = released + self._let_go_where(
+                    batch, first, last, lambda r: r.state is RecordState.ACQUIRED and r.deadline is not None
+                    and r.deadline <= now)
+        available, archived = released.available, released.archived
         if available or archived:
             self.lock_expiries += available + archived
             self._advance()
@@ -585,26 +570,12 @@ class SharePartition:
         """Release every record ``member_id`` holds (it left the group, or closed its share
         session), as lock expiry does: the delivery count is kept, and a record at the limit
         is archived (Kafka's ``releaseAcquiredRecords``)."""
-        available = archived = 0
+        released = Released(0, 0)
         for batch in self._batches:
-            whole = batch.whole
-            if whole is not None:
-                if whole.member not in (member_id, NO_MEMBER) or whole.state is not RecordState.ACQUIRED:
-                    continue
-                if not batch.first < self.start_offset <= batch.last:
-                    size = batch.last - batch.first + 1
-                    if self._let_go(whole, batch.last) is RecordState.AVAILABLE:
-                        available += size
-                    else:
-                        archived += size
-                    continue
-                batch.split()
-            for offset, record in batch.each(batch.first, batch.last):
-                if record.member in (member_id, NO_MEMBER) and record.state is RecordState.ACQUIRED:
-                    if self._let_go(record, offset) is RecordState.AVAILABLE:
-                        available += 1
-                    else:
-                        archived += 1
+            released = released + self._let_go_where(
+                batch, batch.first, batch.last,
+                lambda r: r.member in (member_id, NO_MEMBER) and r.state is RecordState.ACQUIRED)
+        available, archived = released.available, released.archived
         self._advance()
         return Released(available, archived)
 
@@ -620,6 +591,28 @@ class SharePartition:
         self._archive_range(self.start_offset, log_start_offset - 1, list(self._batches), RecordState.AVAILABLE)
         self.start_offset = log_start_offset
         self.end_offset = max(self.end_offset, self.start_offset)
+
+    def _let_go_where(self, batch: _Batch, first: int, last: int, held: Callable[[_Record], bool]) -> Released:
+        """Let go (:meth:`_let_go`) the records of ``batch`` in ``[first, last]`` that
+        ``held`` picks: a batch in one state as a whole, unless the start offset lies
+        inside it (then record by record, as it is split)."""
+        whole = batch.whole
+        if whole is not None:
+            if not held(whole):
+                return Released(0, 0)
+            if not batch.first < self.start_offset <= batch.last:
+                size = batch.last - batch.first + 1
+                kept = self._let_go(whole, batch.last) is RecordState.AVAILABLE
+                return Released(size if kept else 0, 0 if kept else size)
+            batch.split()
+        available = archived = 0
+        for offset, record in batch.each(first, last):
+            if held(record):
+                if self._let_go(record, offset) is RecordState.AVAILABLE:
+                    available += 1
+                else:
+                    archived += 1
+        return Released(available, archived)
 
     def _let_go(self, record: _Record, offset: int) -> RecordState:
         """An acquired record let go without an acknowledgement."""

@@ -136,6 +136,9 @@ class Released:
     available: int = 0
     archived: int = 0
 
+    def __add__(self, other: Released) -> Released:
+        return Released(self.available + other.available, self.archived + other.archived)
+
 
 def check_acknowledgements(batches: Sequence[AcknowledgementBatch], *, is_renew_ack: bool,
                            renew_supported: bool = True) -> ShareError | None:
