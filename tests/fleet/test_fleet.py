@@ -296,7 +296,7 @@ class Member(threading.Thread):
                 if acked:
                     self.acks.append((time.monotonic(), acked))
         finally:
-            consumer.close()
+            _revoke_then_close(consumer)
 
     def acked_by(self, when: float) -> dict[int, int]:
         """The highest acknowledged offset per partition up to ``when``."""
@@ -347,6 +347,24 @@ class KafkaPythonMember(Member):
                 self.acks.append((time.monotonic(), ends))
         finally:
             consumer.close()
+
+
+def _revoke_then_close(consumer: Any) -> None:
+    """Unsubscribe and let the revocation run in ``consume`` (as in any rebalance), then
+    close. Seen once (confluent-kafka 2.16, a coordinator that had just moved back): a
+    ``close()`` that had to revoke ran the rebalance callback, whose ``assign(NULL)`` waited
+    for a reply that never came while holding the GIL, and the whole test process hung
+    beyond pytest-timeout's reach. With nothing left to revoke, ``close()`` does not call it."""
+    from confluent_kafka import KafkaException
+
+    try:
+        consumer.unsubscribe()
+        deadline = time.monotonic() + 5
+        while consumer.assignment() and time.monotonic() < deadline:
+            consumer.consume(10, 0.1)
+    except (KafkaException, RuntimeError):
+        pass  # close() below as before
+    consumer.close()
 
 
 class Producer(threading.Thread):
