@@ -89,6 +89,9 @@ LOCAL_VERSIONS: dict[int, tuple[int, int]] = {
     47: (0, 0),  # OffsetDelete
     68: (0, 1),  # ConsumerGroupHeartbeat
     69: (0, 1),  # ConsumerGroupDescribe
+    # Its groups' configs (proxy/local/group_configs.py), Kafka 4.x's ranges:
+    32: (1, 4),  # DescribeConfigs
+    44: (0, 1),  # IncrementalAlterConfigs
 }
 
 _ADDRESS = re.compile(r"(Host|Port)$")
