@@ -50,6 +50,7 @@ from uuid import UUID
 
 from coordinator.errors import Code, GroupError
 from coordinator.messages.common import Client, TopicPartitions, Wire
+from coordinator.messages.consumer import ConsumerGroupHeartbeatResponse
 from coordinator.share_assignor import (
     SIMPLE_ASSIGNOR_NAME,
     AssignorError,
@@ -139,22 +140,9 @@ class ShareGroupHeartbeatRequest:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ShareGroupHeartbeatResponse:
-    """ShareGroupHeartbeat's answer; ``assignment`` ``None`` when Kafka leaves it out."""
-
-    error: Code = Code.NONE
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: tuple[TopicPartitions, ...] | None = None
-
-    def to_wire(self, version: int) -> Wire:
-        """To a response body."""
-        return {"ErrorCode": int(self.error), "ErrorMessage": self.error_message, "MemberId": self.member_id,
-                "MemberEpoch": self.member_epoch, "HeartbeatIntervalMs": self.heartbeat_interval_ms,
-                "Assignment": None if self.assignment is None
-                else {"TopicPartitions": [tp.to_wire() for tp in self.assignment]}}
+class ShareGroupHeartbeatResponse(ConsumerGroupHeartbeatResponse):
+    """ShareGroupHeartbeat's answer; ``assignment`` ``None`` when Kafka leaves it out. Its
+    fields and their wire form are ConsumerGroupHeartbeat's answer's."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
