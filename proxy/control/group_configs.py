@@ -39,6 +39,10 @@ class GroupConfigs:
         #: The broker-level ``group.*`` values group configs fall back to and are bounded by.
         self.broker = broker
         self._overrides: dict[str, dict[str, str]] = {}
+        #: What a group without configs of its own uses (most groups: computed once), and
+        #: the effective values of those with some (cleared whenever the configs change).
+        self._default = effective_group_config(broker, None)
+        self._effective: dict[str, EffectiveGroupConfig] = {}
         self.store = EntityConfigStore(zk.client, GROUP_CONFIG_ROOT, zk.deliver(self._install))
 
     async def start(self) -> None:
@@ -47,14 +51,21 @@ class GroupConfigs:
 
     def _install(self, configs: dict[str, dict[str, str]]) -> None:
         self._overrides = {unescape(name): config for name, config in configs.items()}
+        self._effective = {}
 
     def overrides(self, group_id: str) -> Mapping[str, str]:
         """The group's own configs as last seen (empty: none)."""
         return self._overrides.get(group_id, {})
 
     def effective(self, group_id: str) -> EffectiveGroupConfig:
-        """The values the coordinator uses for ``group_id``."""
-        return effective_group_config(self.broker, self._overrides.get(group_id))
+        """The values the coordinator uses for ``group_id`` (asked at every heartbeat)."""
+        overrides = self._overrides.get(group_id)
+        if overrides is None:
+            return self._default
+        found = self._effective.get(group_id)
+        if found is None:
+            found = self._effective[group_id] = effective_group_config(self.broker, overrides)
+        return found
 
     def describe(self, group_id: str, keys: Sequence[str] | None, *, synonyms: bool,
                  documentation: bool) -> DescribeResult:
@@ -75,12 +86,11 @@ class GroupConfigs:
                 config.clear()
                 config.update(result.configs)
 
-        if group_id == "":  # no znode for it: the rules refuse it without a read
-            return alter_group_configs(group_id, {}, ops, self.broker, validate_only=validate_only)
         await self.zk.call(self.store.edit, escape(group_id), change)
         result = outcome[0]
         if result.changed:
             self._overrides[group_id] = dict(result.configs)  # the watch confirms it shortly
+            self._effective.pop(group_id, None)
         return result
 
 

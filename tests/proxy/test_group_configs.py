@@ -118,6 +118,11 @@ async def test_group_configs_are_the_sidecars_and_its_coordinator_uses_them(
     with trio.fail_after(10):
         assert await heartbeat_interval(sidecar, group) == 6000
         assert await heartbeat_interval(sidecar, other) == 5000
+        # A change after the coordinator used the group's values: the next member is told the new one.
+        changed = await call(sidecar, 44, 1, {"Resources": [{"ResourceType": 32, "ResourceName": group, "Configs": [
+            {"Name": "consumer.heartbeat.interval.ms", "ConfigOperation": 0, "Value": "7000"}]}], "ValidateOnly": False})
+        assert changed.Responses[0].ErrorCode == 0
+        assert await heartbeat_interval(sidecar, group) == 7000
 
 
 async def test_a_request_mixing_group_and_topic_resources_stays_the_brokers(
