@@ -183,8 +183,8 @@ async def watch(reloader: Reloader) -> None:
     while not reloader.stopped:
         interval = reloader.config["sidecar.config.watch.ms"] / 1000
         await trio.sleep(interval if interval > 0 else 1.0)
-        if interval <= 0:
-            seen = _digests(reloader)
+        if interval <= 0:  # off: nothing read; turned on again, the first look is the baseline
+            seen = {}
             continue
         now = _digests(reloader)
         changed = [path for path, content in now.items() if path in seen and seen[path] != content]
