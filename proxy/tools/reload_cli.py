@@ -74,8 +74,8 @@ def _where(args: argparse.Namespace) -> tuple[str, str]:
 
 def _post(metrics: str) -> int:
     address = parse_hostport("sidecar.metrics.listener", metrics)
-    host = "127.0.0.1" if address.host in ("", "0.0.0.0") else ("::1" if address.host == "::" else address.host)
-    host = host.strip("[]")
+    host = address.host.strip("[]")
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # a wildcard: this host
     request = (f"POST /-/reload HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\n"
                "Connection: close\r\n\r\n").encode()
     try:
