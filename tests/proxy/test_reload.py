@@ -33,6 +33,7 @@ from kafka.protocol.producer import ProduceResponse
 from proxy.config import build_config
 from proxy.tools.rig.sidecar import SidecarServer, start_sidecar
 from proxy.tools.rig.tansu import TansuServer
+from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.bench.kafka import record_batch
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 from tests.proxy.wire import Wire, create_topic, response_body
@@ -360,3 +361,26 @@ async def test_a_reload_imports_an_operators_filter_again_for_the_next_request_o
         assert await produce_two(wire, topic, 2) == POLICY_VIOLATION  # the same connection, the new code
     assert sys.modules[module].CLOSED == ["no"]  # the replaced instance (configured before: "no") was closed
     assert sidecar.filters[0].instance.message == "closed for the night"
+
+
+async def test_a_reload_of_super_users_holds_for_the_next_request_of_an_open_connection(
+        start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer) -> None:
+    """``super.users`` with ``sidecar.authorizer=acls``: DescribeAcls needs Describe on the
+    Cluster, which no ACL grants here; a super user is let through, and once a reload took
+    the principal out of ``super.users`` the same connection's next DescribeAcls is refused."""
+    raw = sidecar_keys(tansu.bootstrap, zookeeper_connect=f"{zookeeper.connect}/ksidecar-tests/reload-"
+                       f"{uuid.uuid4().hex[:8]}", sidecar_authorizer="acls", super_users="User:ANONYMOUS")
+    sidecar = await start_sidecar(raw)
+    everything = {"ResourceTypeFilter": 1, "ResourceNameFilter": None, "PatternTypeFilter": 1,
+                  "PrincipalFilter": None, "HostFilter": None, "Operation": 1, "PermissionType": 1}
+
+    async def describe_acls(wire: Wire, correlation_id: int) -> int:
+        frame = await wire.call(29, 3, correlation_id, everything)
+        _, body = response_body(frame, 29, 3)
+        return int(struct.unpack_from(">h", body, 4)[0])  # after ThrottleTimeMs
+
+    with trio.fail_after(10):
+        wire = await Wire.connect("127.0.0.1", sidecar.bound["PLAINTEXT"].port)
+        assert await describe_acls(wire, 1) == 0
+        await sidecar.apply_reload(build_config({**raw, "super.users": "User:admin"}))
+        assert await describe_acls(wire, 2) == 31  # CLUSTER_AUTHORIZATION_FAILED

@@ -150,3 +150,16 @@ def test_idle_ip_sensors_expire_after_an_hour() -> None:
     assert gate.expire(IP_SENSOR_EXPIRY_MS - 1) == 0
     assert gate.expire(IP_SENSOR_EXPIRY_MS) == 1
     assert list(gate.ip_accept_rates(IP_SENSOR_EXPIRY_MS, 10)) == ["10.0.0.2"]
+
+
+def test_a_reload_changes_the_limits_and_keeps_what_was_measured() -> None:
+    gate = AcceptGate(GateConfig(rate=CFG, smoothing=False, sidecar_rate=10.0, listener_rates={"CLIENT": 50.0}))
+    # 60 connections at t=0 (quota 10/s: 100 fit its W = 10 s window, so none waits yet).
+    assert burst(gate, "CLIENT", 60) == [0] * 60
+    gate.reconfigure(GateConfig(rate=CFG, smoothing=False, sidecar_rate=5.0, listener_rates={"CLIENT": 50.0}))
+    # The same 60 measured against 5/s: 6.1/s over W = 10 s with the next one, so it waits
+    # (6.1 - 5) / 5 * 10,000 = 2,200 ms, bounded by one window (KIP-612): 1,000 ms. The
+    # listener's 50/s is not reached. Before the reload it waited nothing.
+    assert gate.connection_delay("CLIENT", 0) == 1000
+    gate.reconfigure(GateConfig(rate=CFG, smoothing=False, sidecar_rate=None, listener_rates={}))
+    assert gate.connection_delay("CLIENT", 0) == 0  # unlimited from now on
