@@ -18,6 +18,11 @@ Features owned by the sidecar:
 * ``group.version`` (only when the coordinator is embedded), with Kafka's meaning
   (``GroupVersion``): level 0 is the classic protocol only, level 1 adds the KIP-848
   consumer protocol (ConsumerGroupHeartbeat, ConsumerGroupDescribe: :data:`GATED_APIS`).
+* ``share.version`` (only when the coordinator is embedded), with Kafka's meaning
+  (``ShareVersion``): level 1 serves share groups (KIP-932: ShareGroupHeartbeat,
+  ShareGroupDescribe, ShareFetch, ShareAcknowledge and the share-group offsets APIs).
+  Its default is 0, as the audit format's is: an operator turns queues on once every
+  sidecar of the fleet runs a release that serves them.
 * ``ksidecar.audit.format``: the audit files' schema version (observers/audit_schema.py).
   Level 0 writes version 2; level 1 writes version 3, which adds the client software
   columns (``client_software_name``, ``client_software_version``) and the ACL refusals
@@ -35,10 +40,21 @@ import json
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from protocol.apis import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
+from protocol.apis import (
+    ALTER_SHARE_GROUP_OFFSETS,
+    CONSUMER_GROUP_DESCRIBE,
+    CONSUMER_GROUP_HEARTBEAT,
+    DELETE_SHARE_GROUP_OFFSETS,
+    DESCRIBE_SHARE_GROUP_OFFSETS,
+    SHARE_ACKNOWLEDGE,
+    SHARE_FETCH,
+    SHARE_GROUP_DESCRIBE,
+    SHARE_GROUP_HEARTBEAT,
+)
 from protocol.errors import ErrorCode
 
 GROUP_VERSION = "group.version"
+SHARE_VERSION = "share.version"
 AUDIT_FORMAT = "ksidecar.audit.format"
 #: The prefix of every feature the sidecar invents (never one of Kafka's).
 OWN_PREFIX = "ksidecar."
@@ -52,6 +68,13 @@ STATUS_ENABLED = 1
 GATED_APIS: dict[int, tuple[str, int]] = {
     CONSUMER_GROUP_HEARTBEAT: (GROUP_VERSION, 1),  # KIP-848
     CONSUMER_GROUP_DESCRIBE: (GROUP_VERSION, 1),
+    SHARE_GROUP_HEARTBEAT: (SHARE_VERSION, 1),  # KIP-932
+    SHARE_GROUP_DESCRIBE: (SHARE_VERSION, 1),
+    SHARE_FETCH: (SHARE_VERSION, 1),
+    SHARE_ACKNOWLEDGE: (SHARE_VERSION, 1),
+    DESCRIBE_SHARE_GROUP_OFFSETS: (SHARE_VERSION, 1),
+    ALTER_SHARE_GROUP_OFFSETS: (SHARE_VERSION, 1),
+    DELETE_SHARE_GROUP_OFFSETS: (SHARE_VERSION, 1),
 }
 
 # The error codes feature decisions answer with, by their names in the one enum.
@@ -85,6 +108,7 @@ def supported_features(*, embedded_coordinator: bool) -> dict[str, SupportedRang
     features = {AUDIT_FORMAT: SupportedRange(0, 1)}
     if embedded_coordinator:
         features[GROUP_VERSION] = SupportedRange(0, 1)
+        features[SHARE_VERSION] = SupportedRange(0, 1)
     return features
 
 

@@ -44,6 +44,17 @@ DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+#: The share-group APIs (KIP-932) the embedded coordinator serves.
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_GROUP_DESCRIBE = 77
+SHARE_FETCH = 78
+SHARE_ACKNOWLEDGE = 79
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
+#: What the sidecar asks its broker for a share group's records.
+FETCH = 1
+LIST_OFFSETS = 2
 #: The admin APIs the sidecar answers for what it owns: its ACLs, per-IP quotas, KIP-584 features.
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30

@@ -525,6 +525,25 @@ KEYS: tuple[Key, ...] = (
         "(others: UNSUPPORTED_ASSIGNOR).", parse_assignors, "uniform, range"),
     Key("group.consumer.max.size", "int", _NO_LIMIT,
         "Embedded coordinator: most members of a KIP-848 group.", _int(1), ">= 1"),
+    Key("group.share.session.timeout.ms", "int", "45000",
+        "Share groups (KIP-932): a member without a heartbeat for this long is fenced and its "
+        "records go back to the group.", _int(1), ">= 1"),
+    Key("group.share.heartbeat.interval.ms", "int", "5000",
+        "Share groups: the heartbeat interval members are told to use.", _int(1), ">= 1"),
+    Key("group.share.record.lock.duration.ms", "int", "30000",
+        "Share groups: how long a member holds the records it acquired before they go back to "
+        "the group (a group's share.record.lock.duration.ms overrides it).", _int(1), ">= 1"),
+    Key("group.share.delivery.count.limit", "int", "5",
+        "Share groups: a record delivered this many times is archived instead of delivered "
+        "again.", _int(2, 10), "2-10"),
+    Key("group.share.partition.max.record.locks", "int", "2000",
+        "Share groups: the most records in flight per share-partition.", _int(100, 10_000), "100-10000"),
+    Key("group.share.max.size", "int", "200",
+        "Share groups: the most members of one share group (GROUP_MAX_SIZE_REACHED past it).",
+        _int(1, 1000), "1-1000"),
+    Key("group.share.max.share.sessions", "int", "2000",
+        "Share groups: the most share sessions (one per member fetching here) the sidecar keeps "
+        "(SHARE_SESSION_LIMIT_REACHED past it).", _int(1), ">= 1"),
     Key("offsets.retention.minutes", "int", "10080",
         "Embedded coordinator: committed offsets of a group that has been empty this long are "
         "deleted (KIP-211).", _int(1), ">= 1"),

@@ -108,4 +108,13 @@ def broker_group_settings(config: SidecarConfig) -> BrokerGroupSettings:
         consumer_heartbeat_interval_ms=heartbeat,
         consumer_min_heartbeat_interval_ms=min(5_000, heartbeat),
         consumer_max_heartbeat_interval_ms=max(15_000, heartbeat),
+        share_session_timeout_ms=(share_session := config["group.share.session.timeout.ms"]),
+        share_min_session_timeout_ms=min(45_000, share_session),
+        share_max_session_timeout_ms=max(60_000, share_session),
+        share_heartbeat_interval_ms=(share_heartbeat := config["group.share.heartbeat.interval.ms"]),
+        share_min_heartbeat_interval_ms=min(5_000, share_heartbeat),
+        share_max_heartbeat_interval_ms=max(15_000, share_heartbeat),
+        share_record_lock_duration_ms=(lock := config["group.share.record.lock.duration.ms"]),
+        share_min_record_lock_duration_ms=min(15_000, lock),
+        share_max_record_lock_duration_ms=max(60_000, lock),
     )

@@ -21,6 +21,8 @@ import trio
 from prometheus_client import CollectorRegistry, Counter
 
 from coordinator.features import parse_supported_override, supported_features
+from coordinator.share_group import ShareGroupSettings
+from coordinator.share_records import ShareSettings
 from observers.errors import ObserverError
 from observers.worker import Settings
 from protocol.apis import ApiRegistry
@@ -50,6 +52,8 @@ from proxy.control.observing import load_hub, run_hub
 from proxy.control.quota_metrics import register_quota_metrics
 from proxy.control.quota_state import IpQuotas
 from proxy.control.registration import Registration
+from proxy.control.share_reader import BrokerReader
+from proxy.control.shares import ShareService
 from proxy.control.tls import (
     PrincipalMappingFailed,
     ServerTls,
@@ -215,6 +219,8 @@ class Sidecar:
                                  topics=self.topics)
         #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
         self.groups: GroupService | None = None
+        #: Share groups (KIP-932), served beside the embedded coordinator, else ``None``.
+        self.shares: ShareService | None = None
         #: Group configs (KIP-848, KIP-932) of the groups the embedded coordinator serves.
         self.group_configs: GroupConfigs | None = None
         if config["sidecar.coordinator"] == "embedded" and role is not Role.WORKER:
@@ -229,6 +235,21 @@ class Sidecar:
                     "sidecar.authorizer.mode"] == "enforce" else None,
                 group_configs=self.group_configs,
             )
+            groups = self.groups
+            self.shares = ShareService(
+                self.zk, BrokerReader(self.upstream), self.upstream, self.metrics.registry,
+                group_settings=ShareGroupSettings(
+                    max_size=config["group.share.max.size"],
+                    session_timeout_ms=config["group.share.session.timeout.ms"],
+                    heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"]),
+                share_settings=ShareSettings(
+                    record_lock_duration_ms=config["group.share.record.lock.duration.ms"],
+                    delivery_count_limit=config["group.share.delivery.count.limit"],
+                    max_record_locks=config["group.share.partition.max.record.locks"]),
+                max_sessions=config["group.share.max.share.sessions"],
+                group_configs=self.group_configs, foreign_group=lambda group_id: group_id in groups.core.ctx.groups,
+                node_id=lambda: self.identity.broker_id,
+                refresh_interval=config["sidecar.coordinator.metadata.refresh.ms"] / 1000)
         #: ACL enforcement on the data path (``sidecar.authorizer=acls``), else ``None``.
         self.authorization = None if self.acls is None else Authorization(
             self.acls, self.registry, self.metrics.registry, shadow=config["sidecar.authorizer.mode"] == "shadow",
@@ -255,6 +276,7 @@ class Sidecar:
             acls=self.acls,
             features=self.features,
             group_configs=self.group_configs,
+            shares=self.shares,
         )
         #: What the listeners' tables serve besides ApiVersions, BrokerMetadata and SASL.
         self.table_spec = TableSpec(
@@ -567,6 +589,8 @@ class Sidecar:
                     await nursery.start(self.registration.run)
                     if self.groups is not None:
                         await nursery.start(self.groups.serve)
+                    if self.shares is not None:
+                        await nursery.start(self.shares.serve)
                 metrics_at: HostPort | None = self.config["sidecar.metrics.listener"]
                 if metrics_at is not None and self.role is Role.SINGLE:
                     self.metrics_address = await nursery.start(serve_http, self, metrics_at)

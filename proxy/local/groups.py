@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.core import SERVED_API_VERSIONS, GroupCoordinator
+from coordinator.errors import Code
 from coordinator.features import GATED_APIS
 from coordinator.messages.admin import (
     KEY_TYPE_GROUP,
     DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     ListGroupsRequest,
@@ -64,8 +66,9 @@ from protocol.apis import (
 )
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
+from proxy.local import shares as shares_api
 from proxy.local.api import Answer, Context, Handler, Later, LocalApi, LocalRequest, Respond, Takes
-from proxy.local.ports import GroupPort, Pending
+from proxy.local.ports import GroupPort, Pending, SharePort
 
 #: Builds the core call for one decoded request: ``(request, context) -> (core, now) -> Step``,
 #: naming the groups the request is about.
@@ -186,6 +189,9 @@ def handler(call_for: CallFor, api: str) -> Handler:
         refusal = _gated_off(request, context)
         if refusal is not None:
             return Respond(body=refusal)
+        shares = context.ports.shares
+        if shares is not None and request.api_key in (LIST_GROUPS, DELETE_GROUPS):
+            return _with_share_groups(request, context, shares, api)
         call = call_for(request, context)
         outcome = _port(context).run(call, api, call.group_ids)
         if not isinstance(outcome, Pending):
@@ -199,6 +205,41 @@ def handler(call_for: CallFor, api: str) -> Handler:
         return Later(answer=answer)
 
     return handle
+
+
+def _with_share_groups(request: LocalRequest, context: Context, shares: SharePort, api: str) -> Answer:
+    """ListGroups and DeleteGroups over every group type: the core's groups and the share
+    groups (:mod:`proxy.local.shares`)."""
+    version = request.version
+    port = _port(context)
+
+    async def core_answer(call: CoreCall) -> Any:
+        outcome = port.run(call, api, call.group_ids)
+        return await outcome.wait() if isinstance(outcome, Pending) else outcome
+
+    if request.api_key == LIST_GROUPS:
+        req = ListGroupsRequest.from_wire(version, _body(request))
+
+        async def listed() -> Respond:
+            answer = await core_answer(CoreCall((), lambda core, now: core.list_groups(req)))
+            return Respond(body=(await shares_api.list_groups(shares, req, answer)).to_wire(version))
+
+        return Later(answer=listed)
+    delete = DeleteGroupsRequest.from_wire(version, _body(request))
+
+    async def deleted() -> Respond:
+        ours = await shares_api.share_group_ids(shares, delete.groups)
+        results: dict[str, Code] = {}
+        for group_id in ours:
+            code, _ = await shares.delete_group(group_id)
+            results[group_id] = Code(code)
+        rest = DeleteGroupsRequest(groups=tuple(g for g in delete.groups if g not in ours))
+        if rest.groups:
+            answer = await core_answer(CoreCall(rest.groups, lambda core, now: core.delete_groups(rest, now)))
+            results.update(dict(answer.results))
+        return Respond(body=DeleteGroupsResponse(results=tuple((g, results[g]) for g in delete.groups)).to_wire(version))
+
+    return Later(answer=deleted)
 
 
 def _gated_off(request: LocalRequest, context: Context) -> dict[str, Any] | None:

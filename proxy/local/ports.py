@@ -21,7 +21,13 @@ from coordinator.features import FeatureError, FeatureSnapshot, FeatureUpdate, U
 from coordinator.group_configs import AlterResult as GroupAlterResult
 from coordinator.group_configs import ConfigOp
 from coordinator.group_configs import DescribeResult as GroupDescribeResult
+from coordinator.messages.common import Client
 from coordinator.outcome import Response, Step
+from coordinator.share_group import (
+    DescribedShareGroup,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
 from proxy.auth.acl.evaluate import Authorizer
 from proxy.auth.acl.model import AclBinding, BindingFilter
 from proxy.auth.sasl.scram import ScramCredential
@@ -268,6 +274,50 @@ class FeaturePort(Protocol):
         ...
 
 
+class SharePort(Protocol):
+    """What the share-group APIs need of the sidecar (:class:`proxy.control.shares.ShareService`)."""
+
+    async def heartbeat(self, req: ShareGroupHeartbeatRequest, client: Client) -> ShareGroupHeartbeatResponse:
+        """ShareGroupHeartbeat's answer, once durable."""
+        ...
+
+    async def load_groups(self, group_ids: Sequence[str]) -> None:
+        """Read these groups from ZooKeeper if not yet."""
+        ...
+
+    def describe(self, group_ids: Sequence[str]) -> tuple[DescribedShareGroup, ...]:
+        """ShareGroupDescribe's groups."""
+        ...
+
+    async def share_fetch(self, version: int, body: Mapping[str, Any], connection: object) -> dict[str, Any]:
+        """ShareFetch's answer body."""
+        ...
+
+    async def share_acknowledge(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        """ShareAcknowledge's answer body."""
+        ...
+
+    async def describe_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        """DescribeShareGroupOffsets' answer body."""
+        ...
+
+    async def alter_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        """AlterShareGroupOffsets' answer body."""
+        ...
+
+    async def delete_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        """DeleteShareGroupOffsets' answer body."""
+        ...
+
+    async def group_ids(self) -> list[tuple[str, str]]:
+        """``(group id, state)`` of every share group."""
+        ...
+
+    async def delete_group(self, group_id: str) -> tuple[int, str | None]:
+        """DeleteGroups for one share group: ``(error code, message)``."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class Ports:
     """Everything a local API may reach; ``None`` where this sidecar has no such part."""
@@ -287,3 +337,5 @@ class Ports:
     features: FeaturePort | None = None
     #: Group configs (``sidecar.coordinator=embedded``), else ``None``.
     group_configs: GroupConfigPort | None = None
+    #: Share groups (``sidecar.coordinator=embedded``), else ``None``.
+    shares: SharePort | None = None

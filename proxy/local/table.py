@@ -17,6 +17,7 @@ from proxy.local import (
     group_configs,
     groups,
     scram_credentials,
+    shares,
 )
 from proxy.local.api import LocalApi, LocalApiTable
 from proxy.local.api_versions import ApiVersionsApi
@@ -70,6 +71,7 @@ def owned_entries(registry: ApiRegistry, spec: TableSpec) -> list[LocalApi]:
     if spec.groups:
         owned.extend(groups.entries(registry))
         owned.extend(group_configs.entries(registry))
+        owned.extend(shares.entries(registry))
     if spec.acls:
         owned.extend(acls.entries(registry))
     if spec.features:

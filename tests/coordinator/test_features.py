@@ -59,8 +59,9 @@ def test_znode_round_trip(levels: dict[str, int]) -> None:
 def test_registration_format() -> None:
     field = registration_features(supported_features(embedded_coordinator=True))
     assert field == {"group.version": {"min_version": 0, "max_version": 1},
-                     "ksidecar.audit.format": {"min_version": 0, "max_version": 1}}
-    assert parse_registration_features(field) == OURS
+                     "ksidecar.audit.format": {"min_version": 0, "max_version": 1},
+                     "share.version": {"min_version": 0, "max_version": 1}}
+    assert parse_registration_features(field) == {**OURS, "share.version": SupportedRange(0, 1)}
     assert GROUP_VERSION not in supported_features(embedded_coordinator=False)
 
 

@@ -1,0 +1,895 @@
+"""Share groups (KIP-932) served by the embedded coordinator: the shell around the cores.
+
+Theory of operation. Three sans-IO cores decide everything; this module does their I/O:
+
+* membership: :class:`~coordinator.share_group.ShareGroupCoordinator` (ShareGroupHeartbeat,
+  ShareGroupDescribe, session timeouts, which share-partitions to initialize);
+* share sessions: :class:`~coordinator.share_sessions.ShareSessions` (ShareFetch's and
+  ShareAcknowledge's session epochs and partition sets);
+* each share-partition's in-flight records: :class:`~coordinator.share_partition.SharePartition`
+  (acquisition, acknowledgement, locks, delivery counts).
+
+Records come from the broker (:class:`~proxy.control.share_reader.BrokerReader`): a
+ShareFetch asks the broker for each session partition that can acquire, from the
+partition's next fetch offset, waiting at the broker up to the request's ``MaxWaitMs``;
+the fetched batches' offset ranges are acquired for the member and the batches that hold
+acquired offsets go to it byte for byte, beside their ``AcquiredRecords``. When no
+partition can acquire (every record in flight is held by others), the fetch waits, up to
+``MaxWaitMs``, for records to be let go.
+
+Durability: group records and share-partition states are written to ZooKeeper
+(:mod:`coordinator.share_store`) by one writer task that puts everything queued in one
+transaction. An acknowledgement is answered only once a state written after it is
+durable; a state that failed to write is written again (with what changed meanwhile).
+The group's heartbeat is answered once its record is durable. A share-partition's state
+is read back from ZooKeeper the first time this sidecar serves it, so a restarted sidecar
+redelivers nothing acknowledged.
+
+Time: wall-clock milliseconds from ``clock`` (injectable), deadlines slept on trio's clock,
+so the whole service runs under ``trio.testing.MockClock``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from uuid import UUID
+
+import trio
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from coordinator.group_configs import java_duration_nanos
+from coordinator.messages.common import Client
+from coordinator.share_group import (
+    DescribedShareGroup,
+    ShareGroupConfig,
+    ShareGroupCoordinator,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+    ShareGroupSettings,
+    ShareStep,
+)
+from coordinator.share_group_record import encode_group
+from coordinator.share_partition import SharePartition
+from coordinator.share_records import (
+    AcknowledgementBatch,
+    AcquireMode,
+    ShareSettings,
+    initial_start_offset,
+)
+from coordinator.share_sessions import FetchContext, SessionError, ShareSessionKey, ShareSessions
+from coordinator.share_state import RecordState, ShareState, encode_state
+from coordinator.share_store import (
+    ShareStore,
+    ShareStoreError,
+    share_group_path,
+    share_partition_path,
+    share_registry_path,
+)
+from coordinator.topics import TopicInfo, TopicsSnapshot
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.records import iter_batches
+from proxy.control.share_reader import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    BrokerReader,
+    FetchedPartition,
+    FetchPosition,
+)
+from proxy.control.zk import ZooKeeper
+from proxy.datapath.errors import UpstreamError
+
+log = logging.getLogger(__name__)
+
+#: A share-partition: ``(group id, topic id, partition index)``.
+PartitionKey = tuple[str, UUID, int]
+#: How long a failed ZooKeeper write waits before it is tried again (seconds).
+WRITE_RETRY = 0.5
+#: The most a ShareFetch waits, whatever its ``MaxWaitMs`` says (seconds).
+MAX_WAIT = 30.0
+
+
+def wall_ms() -> int:
+    """Milliseconds since the Unix epoch."""
+    return int(time.time() * 1000)
+
+
+class TopicSource(Protocol):
+    """Where topic names, ids and partition counts come from (the broker)."""
+
+    async def topics(self, names: set[str] | None) -> list[TopicInfo]:
+        """The broker's topics: ``names`` only, or all of them (``None``)."""
+        ...
+
+
+class GroupSettingsSource(Protocol):
+    """A group's effective ``share.*`` configs (:class:`proxy.control.group_configs.GroupConfigs`)."""
+
+    def effective(self, group_id: str) -> Any:
+        """The group's effective configs (``share_record_lock_duration_ms``, ...)."""
+        ...
+
+
+@dataclass(slots=True)
+class _Served:
+    """One share-partition this sidecar serves."""
+
+    topic_name: str
+    state: SharePartition | None
+    #: Counted for the metrics.
+    redeliveries: int = 0
+    archived: int = 0
+
+
+@dataclass(slots=True)
+class _Fetched:
+    """What one partition's fetch gave a member."""
+
+    records: bytes = b""
+    acquired: list[dict[str, int]] = field(default_factory=list)
+    error: int = 0
+    message: str | None = None
+
+
+class ShareService:
+    """Every share group this sidecar serves (see the module docstring)."""
+
+    def __init__(self, zk: ZooKeeper, reader: BrokerReader, topics: TopicSource, registry: CollectorRegistry, *,
+                 group_settings: ShareGroupSettings | None = None, share_settings: ShareSettings | None = None,
+                 group_configs: GroupSettingsSource | None = None, foreign_group: Callable[[str], bool] | None = None,
+                 clock: Callable[[], int] = wall_ms, node_id: Callable[[], int] = lambda: -1,
+                 refresh_interval: float = 10.0, max_sessions: int = 2000) -> None:
+        self.zk = zk
+        self.reader = reader
+        self.topic_source = topics
+        self.clock = clock
+        self.node_id = node_id
+        self.refresh_interval = refresh_interval
+        self.core = ShareGroupCoordinator(group_settings or ShareGroupSettings(),
+                                          foreign_group=foreign_group or (lambda _group_id: False))
+        self.share_settings = share_settings or ShareSettings()
+        self.group_configs = group_configs
+        self.sessions = ShareSessions(max_sessions)
+        self.store = ShareStore(zk.client)
+        self.partitions: dict[PartitionKey, _Served] = {}
+        self._loaded_groups: set[str] = set()
+        self._locks: dict[object, trio.Lock] = {}
+        #: The newest bytes of every znode not yet durable, and the change count they hold.
+        self._queued: dict[str, bytes | None] = {}
+        self._queued_count = 0
+        self._durable_count = 0
+        self._queued_event = trio.Event()
+        self._durable_event = trio.Event()
+        #: Set when records are let go (a fetch waiting for acquirable records looks again).
+        self._released = trio.Event()
+        self._timer_changed = trio.Event()
+        self._refresh_now = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self.metrics = ShareMetrics(self)
+        registry.register(self.metrics)
+
+    # -- the tasks ---------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The writer, the timers and the topic refresh, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._writer)
+            nursery.start_soon(self._timers)
+            nursery.start_soon(self._refresh_topics)
+            task_status.started()
+
+    async def _writer(self) -> None:
+        while True:
+            await self._queued_event.wait()
+            self._queued_event = trio.Event()
+            batch, count = self._queued, self._queued_count
+            self._queued = {}
+            try:
+                await self.zk.call(self.store.write, batch)
+            except ShareStoreError as exc:
+                log.warning("share groups: writing %d znode(s) to ZooKeeper failed (%s); trying again", len(batch),
+                            exc)
+                for path, data in batch.items():
+                    self._queued.setdefault(path, data)  # newer bytes queued meanwhile win
+                await trio.sleep(WRITE_RETRY)
+                self._queued_event.set()
+                continue
+            self._durable_count = count
+            self._durable_event.set()
+            self._durable_event = trio.Event()
+
+    def _queue(self, path: str, data: bytes | None) -> int:
+        if data is None:  # a tree deleted: nothing under it is written after all
+            for queued in [p for p in self._queued if p.startswith(path + "/")]:
+                del self._queued[queued]
+        self._queued[path] = data
+        self._queued_count += 1
+        self._queued_event.set()
+        return self._queued_count
+
+    async def _durable(self, count: int) -> None:
+        while self._durable_count < count:
+            await self._durable_event.wait()
+
+    async def _timers(self) -> None:
+        while True:
+            self._timer_changed = trio.Event()
+            now = self.clock()
+            self._expire(now)
+            deadlines = [d for d in (self.core.next_deadline(),
+                                     *(s.state.next_deadline() for s in self.partitions.values()
+                                       if s.state is not None)) if d is not None]
+            wait = (min(deadlines) - now) / 1000 if deadlines else math.inf
+            with trio.move_on_after(max(0.0, wait)):
+                await self._timer_changed.wait()
+
+    def _expire(self, now: int) -> None:
+        """Locks that passed, members whose session expired."""
+        for key, served in self.partitions.items():
+            if served.state is not None:
+                before = served.state.lock_expiries
+                released = served.state.expire(now)
+                if released.available or released.archived:
+                    served.archived += released.archived
+                    log.debug("share groups: %d lock(s) of %s expired", served.state.lock_expiries - before, key)
+                    self._queue_partition(key)
+                    self._let_go()
+        self._apply(self.core.on_timer(now))
+
+    async def _refresh_topics(self) -> None:
+        while True:
+            with trio.move_on_after(self.refresh_interval):
+                await self._refresh_now.wait()
+            self._refresh_now = trio.Event()
+            names = {n for g in self.core.groups.values() for n in g.subscribed_names()}
+            if names:
+                try:
+                    await self._learn(names)
+                except UpstreamError as exc:
+                    log.warning("share groups: topic refresh failed (%s)", exc)
+
+    async def _learn(self, names: set[str] | None) -> None:
+        found = await self.topic_source.topics(names)
+        known = dict(self.core.topics.by_name)
+        if names is not None:
+            for name in names:
+                known.pop(name, None)
+        for info in found:
+            known[info.name] = info
+        self._apply(self.core.update_topics(TopicsSnapshot.of(known.values())))
+
+    def _wake_timers(self) -> None:
+        self._timer_changed.set()
+
+    def _let_go(self) -> None:
+        self._released.set()
+        self._released = trio.Event()
+
+    # -- membership --------------------------------------------------------------------------
+
+    def _lock(self, key: object) -> trio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = trio.Lock()
+        return lock
+
+    async def _ensure_group(self, group_id: str) -> None:
+        if group_id in self._loaded_groups:
+            return
+        async with self._lock(("group", group_id)):
+            if group_id in self._loaded_groups:
+                return
+            record = await self.zk.call(self.store.load_group, group_id)
+            if record is not None:
+                self.core.load(group_id, record, self.clock())
+                self._wake_timers()
+            self._loaded_groups.add(group_id)
+
+    async def heartbeat(self, req: ShareGroupHeartbeatRequest, client: Client) -> ShareGroupHeartbeatResponse:
+        """ShareGroupHeartbeat: the answer once what it changed is durable."""
+        if req.group_id:
+            await self._ensure_group(req.group_id)
+        names = set(req.subscribed_topic_names or ())
+        if names - set(self.core.topics.by_name):
+            try:
+                await self._learn(names)
+            except UpstreamError as exc:
+                log.warning("share groups: topics %s could not be read (%s)", sorted(names), exc)
+        if self.group_configs is not None and req.group_id:
+            effective = self.group_configs.effective(req.group_id)
+            self.core.set_group_config(req.group_id, ShareGroupConfig(
+                session_timeout_ms=effective.share_session_timeout_ms,
+                heartbeat_interval_ms=effective.share_heartbeat_interval_ms))
+        step = self.core.heartbeat(req, client, self.clock())
+        count = self._apply(step)
+        await self._durable(count)
+        assert step.response is not None
+        return step.response
+
+    def describe(self, group_ids: Sequence[str]) -> tuple[DescribedShareGroup, ...]:
+        """ShareGroupDescribe (groups loaded by an earlier call; others are not found)."""
+        return self.core.describe(group_ids)
+
+    async def load_groups(self, group_ids: Iterable[str]) -> None:
+        """Load these groups from ZooKeeper if this sidecar has not yet."""
+        for group_id in group_ids:
+            if group_id:
+                await self._ensure_group(group_id)
+
+    def _apply(self, step: ShareStep) -> int:
+        """Queue the step's writes, start its initializations, release departed members'
+        records; the change count to wait for."""
+        count = self._durable_count
+        for group_id, record in step.writes:
+            count = self._queue(share_registry_path(group_id), encode_group(record))
+        for request in step.initialize:
+            if self._nursery is not None:
+                self._nursery.start_soon(self._initialize, request.group_id, request.partitions)
+        for departed in step.departed:
+            log.info("share groups: member %s left group %r (%s); releasing its records", departed.member_id,
+                     departed.group_id, departed.reason)
+            self._release_member(departed.group_id, departed.member_id)
+        if step.writes or step.departed:
+            self._wake_timers()
+        return count
+
+    async def _initialize(self, group_id: str, partitions: Mapping[UUID, frozenset[int]]) -> None:
+        """Make the share-partitions' state durable (start offset -1 where there is none),
+        then tell the core they are initialized."""
+        try:
+            existing = await self.zk.call(self.store.load_partitions, group_id)
+        except Exception as exc:  # a ZooKeeper failure: the core asks again later
+            log.warning("share groups: initializing %r failed (%s)", group_id, exc)
+            self._apply(self.core.initialize_failed(group_id, partitions))
+            return
+        count = self._durable_count
+        for topic, parts in partitions.items():
+            for index in parts:
+                if (topic, index) not in existing and (group_id, topic, index) not in self.partitions:
+                    count = self._queue(share_partition_path(group_id, topic, index),
+                                        encode_state(ShareState(state_epoch=0, start_offset=-1, batches=())))
+        await self._durable(count)
+        self._apply(self.core.initialized(group_id, partitions, self.clock()))
+
+    def _release_member(self, group_id: str, member_id: str) -> None:
+        for key, served in self.partitions.items():
+            if key[0] == group_id and served.state is not None:
+                released = served.state.release_member(member_id)
+                if released.available or released.archived:
+                    served.archived += released.archived
+                    self._queue_partition(key)
+                    self._let_go()
+
+    # -- share-partitions --------------------------------------------------------------------
+
+    def _settings(self, group_id: str) -> ShareSettings:
+        base = self.share_settings
+        if self.group_configs is None:
+            return base
+        effective = self.group_configs.effective(group_id)
+        lock = int(effective.share_record_lock_duration_ms)
+        if lock == base.record_lock_duration_ms:
+            return base
+        return ShareSettings(record_lock_duration_ms=lock, delivery_count_limit=base.delivery_count_limit,
+                             max_record_locks=base.max_record_locks,
+                             renew_acknowledge_enabled=base.renew_acknowledge_enabled)
+
+    def _group_config(self, group_id: str, name: str, default: str) -> str:
+        if self.group_configs is None:
+            return default
+        return str(getattr(self.group_configs.effective(group_id), name))
+
+    def _queue_partition(self, key: PartitionKey) -> int:
+        served = self.partitions[key]
+        assert served.state is not None
+        return self._queue(share_partition_path(*key), encode_state(served.state.snapshot()))
+
+    async def _partition(self, key: PartitionKey, topic_name: str) -> _Served:
+        """The share-partition, loaded (and placed by ``share.auto.offset.reset``) if need be."""
+        served = self.partitions.get(key)
+        if served is not None and served.state is not None:
+            return served
+        async with self._lock(key):
+            served = self.partitions.get(key)
+            if served is not None and served.state is not None:
+                return served
+            group_id = key[0]
+            settings = self._settings(group_id)
+            state = await self.zk.call(self.store.load_partition, *key)
+            if state is not None and state.start_offset >= 0:
+                partition = SharePartition.restore(state, settings)
+            else:
+                start = await self._start_offset(group_id, topic_name, key[2])
+                partition = SharePartition(settings, start_offset=start,
+                                           state_epoch=state.state_epoch if state is not None else 0)
+            served = self.partitions[key] = _Served(topic_name=topic_name, state=partition)
+            if state is None or state.start_offset < 0:
+                await self._durable(self._queue_partition(key))
+            return served
+
+    async def _start_offset(self, group_id: str, topic: str, partition: int) -> int:
+        """Where a share-partition without state starts (``share.auto.offset.reset``)."""
+        reset = self._group_config(group_id, "share_auto_offset_reset", "latest")
+        committed = self._group_config(group_id, "share_isolation_level", "read_uncommitted") == "read_committed"
+        key = (topic, partition)
+
+        async def offset_at(timestamp: int) -> int:
+            found = await self.reader.list_offsets({key: timestamp}, read_committed=committed)
+            code, offset = found.get(key, (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1))
+            if code:
+                raise UpstreamError(f"ListOffsets for {topic}-{partition} answered error {code}")
+            return offset
+
+        log_start = await offset_at(EARLIEST_TIMESTAMP)
+        if reset == "earliest":
+            return initial_start_offset(reset, log_start_offset=log_start, high_watermark=-1)
+        if reset.startswith("by_duration:"):
+            nanos = java_duration_nanos(reset[len("by_duration:"):]) or 0
+            found = await offset_at(self.clock() - nanos // 1_000_000)
+            if found >= 0:  # else no record that recent: the log's end
+                return initial_start_offset(reset, log_start_offset=log_start, high_watermark=-1,
+                                            offset_for_duration=found)
+        end_offset = await offset_at(LATEST_TIMESTAMP)
+        return initial_start_offset("latest", log_start_offset=log_start, high_watermark=end_offset)
+
+    # -- ShareFetch and ShareAcknowledge -------------------------------------------------------
+
+    def _name(self, topic_id: UUID) -> str | None:
+        info = self.core.topics.by_id.get(topic_id)
+        return None if info is None else info.name
+
+    async def _names(self, topic_ids: Iterable[UUID]) -> None:
+        """Learn the topics of ids this sidecar does not know yet."""
+        if any(self._name(t) is None for t in topic_ids):
+            try:
+                await self._learn(None)
+            except UpstreamError as exc:
+                log.warning("share groups: topics could not be read (%s)", exc)
+
+    async def _acknowledge(self, group_id: str, member_id: str,
+                           acks: Mapping[tuple[UUID, int], Sequence[AcknowledgementBatch]], *,
+                           is_renew_ack: bool) -> dict[tuple[UUID, int], tuple[int, str | None]]:
+        """Apply acknowledgements; ``{(topic, partition): (error, message)}`` once durable."""
+        results: dict[tuple[UUID, int], tuple[int, str | None]] = {}
+        count = self._durable_count
+        for (topic, index), batches in acks.items():
+            name = self._name(topic)
+            if name is None:
+                results[(topic, index)] = (ErrorCode.UNKNOWN_TOPIC_ID, None)
+                continue
+            served = await self._partition((group_id, topic, index), name)
+            assert served.state is not None
+            error = served.state.acknowledge(member_id, batches, now=self.clock(), is_renew_ack=is_renew_ack)
+            if error is not None:
+                results[(topic, index)] = (error.code, error.message)
+                continue
+            results[(topic, index)] = (0, None)
+            count = self._queue_partition((group_id, topic, index))
+            self._let_go()
+        self._wake_timers()
+        await self._durable(count)
+        return results
+
+    async def share_fetch(self, version: int, body: Mapping[str, Any], connection: object) -> dict[str, Any]:
+        """ShareFetch: acknowledgements first, then records for the session's partitions."""
+        group_id = body["GroupId"] or ""
+        member_id = body["MemberId"] or ""
+        epoch = int(body["ShareSessionEpoch"])
+        topics = body["Topics"] or ()
+        acks: dict[tuple[UUID, int], list[AcknowledgementBatch]] = {}
+        to_add: list[tuple[UUID, int]] = []
+        for topic in topics:
+            for part in topic["Partitions"]:
+                key = (topic["TopicId"], int(part["PartitionIndex"]))
+                to_add.append(key)
+                batches = part["AcknowledgementBatches"] or ()
+                if batches:
+                    acks[key] = [AcknowledgementBatch(b["FirstOffset"], b["LastOffset"],
+                                                      tuple(b["AcknowledgeTypes"])) for b in batches]
+        to_forget = [(t["TopicId"], int(p)) for t in (body["ForgottenTopicsData"] or ()) for p in t["Partitions"]]
+        lock_ms = self._settings(group_id).record_lock_duration_ms
+        if not group_id:
+            return _fetch_error(ErrorCode.INVALID_GROUP_ID, None, lock_ms)
+        context = self.sessions.open_fetch(ShareSessionKey(group_id, member_id), epoch, to_add=to_add,
+                                           to_forget=to_forget, has_acknowledgements=bool(acks),
+                                           connection=connection)
+        if isinstance(context, SessionError):
+            return _fetch_error(context.code, context.message, lock_ms)
+        await self._names([t for t, _ in [*to_add, *acks]])
+        ack_results = await self._acknowledge(group_id, member_id, acks, is_renew_ack=bool(body.get("IsRenewAck")))
+        if context.final:
+            self._close_session(context.key)
+            fetched: dict[tuple[UUID, int], _Fetched] = {}
+        else:
+            fetched = await self._fetch(group_id, member_id, context, body)
+        responses: dict[UUID, list[dict[str, Any]]] = {}
+        for key in dict.fromkeys([*context.partitions, *ack_results]):
+            got = fetched.get(key)
+            acked = ack_results.get(key)
+            if not context.full and got is None and acked is None:
+                continue
+            if not context.full and got is not None and not got.acquired and not got.error and acked is None:
+                continue
+            responses.setdefault(key[0], []).append({
+                "PartitionIndex": key[1], "ErrorCode": got.error if got else 0,
+                "ErrorMessage": got.message if got else None,
+                "AcknowledgeErrorCode": acked[0] if acked else 0, "AcknowledgeErrorMessage": acked[1] if acked else None,
+                "CurrentLeader": {"LeaderId": -1, "LeaderEpoch": -1},
+                "Records": got.records if got else b"", "AcquiredRecords": got.acquired if got else []})
+        return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "AcquisitionLockTimeoutMs": lock_ms,
+                "Responses": [{"TopicId": t, "Partitions": ps} for t, ps in responses.items()], "NodeEndpoints": []}
+
+    async def _fetch(self, group_id: str, member_id: str, context: FetchContext,
+                     body: Mapping[str, Any]) -> dict[tuple[UUID, int], _Fetched]:
+        out: dict[tuple[UUID, int], _Fetched] = {}
+        wanted: list[tuple[PartitionKey, _Served]] = []
+        for topic, index in context.partitions:
+            name = self._name(topic)
+            if name is None:
+                out[(topic, index)] = _Fetched(error=ErrorCode.UNKNOWN_TOPIC_ID)
+                continue
+            try:
+                wanted.append(((group_id, topic, index), await self._partition((group_id, topic, index), name)))
+            except UpstreamError as exc:
+                log.warning("share groups: %s-%d could not be placed (%s)", name, index, exc)
+                out[(topic, index)] = _Fetched(error=ErrorCode.UNKNOWN_SERVER_ERROR, message=str(exc))
+        max_wait = min(max(0, int(body["MaxWaitMs"])) / 1000, MAX_WAIT)
+        deadline = trio.current_time() + max_wait
+        max_records = int(body.get("MaxRecords") or 500)
+        batch_size = int(body.get("BatchSize") or 0) or None
+        mode = AcquireMode(int(body.get("ShareAcquireMode") or 0))
+        while True:
+            ready = [(k, s) for k, s in wanted if s.state is not None and s.state.can_acquire()]
+            if ready:
+                left = deadline - trio.current_time()
+                got = await self._fetch_ready(member_id, ready, max_wait_ms=max(0, int(left * 1000)),
+                                              max_bytes=int(body["MaxBytes"] or 0x7FFFFFFF), max_records=max_records,
+                                              batch_size=batch_size, mode=mode)
+                out.update(got)
+                if any(f.acquired for f in got.values()) or trio.current_time() >= deadline:
+                    return out
+            if trio.current_time() >= deadline:
+                return out
+            with trio.move_on_at(deadline):
+                await self._released.wait()
+
+    async def _fetch_ready(self, member_id: str, ready: list[tuple[PartitionKey, _Served]], *, max_wait_ms: int,
+                           max_bytes: int, max_records: int, batch_size: int | None,
+                           mode: AcquireMode) -> dict[tuple[UUID, int], _Fetched]:
+        out: dict[tuple[UUID, int], _Fetched] = {}
+        positions = []
+        for key, served in ready:
+            assert served.state is not None
+            positions.append(FetchPosition(topic=served.topic_name, partition=key[2],
+                                           offset=served.state.next_fetch_offset()))
+        committed = self._group_config(ready[0][0][0], "share_isolation_level", "read_uncommitted") == "read_committed"
+        try:
+            answer = await self.reader.fetch(positions, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
+                                             read_committed=committed)
+        except UpstreamError as exc:
+            log.warning("share groups: fetching from the broker failed (%s)", exc)
+            return {(k[1], k[2]): _Fetched(error=ErrorCode.UNKNOWN_SERVER_ERROR, message=str(exc)) for k, _ in ready}
+        left = max_records
+        for (key, served), position in zip(ready, positions, strict=True):
+            fetched = answer.get((served.topic_name, key[2]))
+            if fetched is None:
+                continue
+            got = out[(key[1], key[2])] = _Fetched(error=fetched.error_code)
+            if fetched.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                assert served.state is not None
+                served.state.advance_log_start(max(fetched.log_start_offset, 0))
+                got.error = 0
+                continue
+            if fetched.error_code or left <= 0 or not fetched.records:
+                continue
+            got.records, got.acquired, count = self._acquire(served, member_id, position.offset, fetched,
+                                                             max_records=left, batch_size=batch_size, mode=mode)
+            left -= count
+        return out
+
+    def _acquire(self, served: _Served, member_id: str, fetch_offset: int, fetched: FetchedPartition, *,
+                 max_records: int, batch_size: int | None,
+                 mode: AcquireMode) -> tuple[bytes, list[dict[str, int]], int]:
+        state = served.state
+        assert state is not None
+        try:
+            batches = [b for b in iter_batches(fetched.records) if b.last_offset >= fetch_offset]
+        except ProtocolError as exc:
+            log.warning("share groups: the broker's records for %s could not be read (%s)", served.topic_name, exc)
+            return b"", [], 0
+        if not batches:
+            return b"", [], 0
+        aborted = _aborted_ranges(batches, fetched.aborted)
+        acquisition = state.acquire(member_id, [(b.base_offset, b.last_offset) for b in batches],
+                                    max_records=max_records, fetch_offset=fetch_offset, now=self.clock(),
+                                    batch_size=batch_size, mode=mode, aborted=aborted)
+        if not acquisition.records:
+            return b"", [], 0
+        self._wake_timers()
+        ranges = [(r.first_offset, r.last_offset) for r in acquisition.records]
+        served.redeliveries += sum(r.last_offset - r.first_offset + 1 for r in acquisition.records
+                                   if r.delivery_count > 1)
+        view = memoryview(fetched.records)
+        chosen = [bytes(view[b.position:b.position + b.size]) for b in batches
+                  if any(lo <= b.last_offset and b.base_offset <= hi for lo, hi in ranges)]
+        acquired = [{"FirstOffset": r.first_offset, "LastOffset": r.last_offset, "DeliveryCount": r.delivery_count}
+                    for r in acquisition.records]
+        return b"".join(chosen), acquired, acquisition.count
+
+    async def share_acknowledge(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        """ShareAcknowledge: the acknowledgements, answered once durable."""
+        group_id = body["GroupId"] or ""
+        member_id = body["MemberId"] or ""
+        epoch = int(body["ShareSessionEpoch"])
+        if not group_id:
+            return {"ThrottleTimeMs": 0, "ErrorCode": ErrorCode.INVALID_GROUP_ID, "ErrorMessage": None,
+                    "Responses": [], "NodeEndpoints": []}
+        key = ShareSessionKey(group_id, member_id)
+        refused = self.sessions.acknowledge(key, epoch)
+        if refused is not None:
+            return {"ThrottleTimeMs": 0, "ErrorCode": refused.code, "ErrorMessage": refused.message,
+                    "Responses": [], "NodeEndpoints": []}
+        acks = {(t["TopicId"], int(p["PartitionIndex"])): [
+            AcknowledgementBatch(b["FirstOffset"], b["LastOffset"], tuple(b["AcknowledgeTypes"]))
+            for b in p["AcknowledgementBatches"]] for t in body["Topics"] for p in t["Partitions"]}
+        await self._names([t for t, _ in acks])
+        results = await self._acknowledge(group_id, member_id, acks, is_renew_ack=bool(body.get("IsRenewAck")))
+        if epoch == -1:
+            self._close_session(key)
+        responses: dict[UUID, list[dict[str, Any]]] = {}
+        for (topic, index), (code, message) in results.items():
+            responses.setdefault(topic, []).append({
+                "PartitionIndex": index, "ErrorCode": code, "ErrorMessage": message,
+                "CurrentLeader": {"LeaderId": -1, "LeaderEpoch": -1}})
+        return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None,
+                "Responses": [{"TopicId": t, "Partitions": ps} for t, ps in responses.items()], "NodeEndpoints": []}
+
+    # -- the offsets APIs (kafka-share-groups.sh) ------------------------------------------
+
+    async def _state_of(self, group_id: str, topic: UUID, index: int) -> ShareState | None:
+        served = self.partitions.get((group_id, topic, index))
+        if served is not None and served.state is not None:
+            return served.state.snapshot()
+        return await self.zk.call(self.store.load_partition, group_id, topic, index)
+
+    async def describe_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        """DescribeShareGroupOffsets: each share-partition's start offset and lag (v1)."""
+        groups = []
+        for wanted in body["Groups"]:
+            group_id = wanted["GroupId"]
+            await self._ensure_group(group_id)
+            group = self.core.groups.get(group_id)
+            if group is None:
+                message = (f"Group {group_id} is not a share group." if self.core.foreign_group(group_id)
+                           else f"Group {group_id} not found.")
+                groups.append({"GroupId": group_id, "Topics": [], "ErrorCode": ErrorCode.GROUP_ID_NOT_FOUND,
+                               "ErrorMessage": message})
+                continue
+            asked = wanted["Topics"]
+            if asked is None:  # every topic the group has state for
+                await self._names(group.initialized)
+                asked = [{"TopicName": self._name(t), "Partitions": sorted(init.partitions)}
+                         for t, init in group.initialized.items() if self._name(t) is not None]
+            else:
+                await self._learn_names({t["TopicName"] for t in asked})
+            topics = []
+            for topic in asked:
+                info = self.core.topics.by_name.get(topic["TopicName"])
+                partitions = []
+                for index in topic["Partitions"]:
+                    entry: dict[str, Any] = {"PartitionIndex": index, "StartOffset": -1, "LeaderEpoch": -1,
+                                             "Lag": -1, "ErrorCode": 0, "ErrorMessage": None}
+                    if info is None or not 0 <= index < info.partitions:
+                        entry["ErrorCode"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                        entry["ErrorMessage"] = "This server does not host this topic-partition."
+                    else:
+                        state = await self._state_of(group_id, info.topic_id, index)
+                        if state is not None and state.start_offset >= 0:
+                            entry["StartOffset"] = state.start_offset
+                            entry["Lag"] = await self._lag(info.name, index, state)
+                    partitions.append(entry)
+                topics.append({"TopicName": topic["TopicName"],
+                               "TopicId": info.topic_id if info is not None else UUID(int=0),
+                               "Partitions": partitions})
+            groups.append({"GroupId": group_id, "Topics": topics, "ErrorCode": 0, "ErrorMessage": None})
+        return {"ThrottleTimeMs": 0, "Groups": groups}
+
+    async def _learn_names(self, names: set[str]) -> None:
+        if names - set(self.core.topics.by_name):
+            try:
+                await self._learn(names)
+            except UpstreamError as exc:
+                log.warning("share groups: topics %s could not be read (%s)", sorted(names), exc)
+
+    async def _lag(self, topic: str, index: int, state: ShareState) -> int:
+        """Records from the start offset to the log's end not yet acknowledged or archived
+        (Kafka's ``deliveryCompleteCount`` taken off), or -1 when the end is not known."""
+        try:
+            found = await self.reader.list_offsets({(topic, index): LATEST_TIMESTAMP}, read_committed=False)
+        except UpstreamError:
+            return -1
+        code, end = found.get((topic, index), (1, -1))
+        if code or end < 0:
+            return -1
+        done = sum(b.last_offset - b.first_offset + 1 for b in state.batches
+                   if b.delivery_state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
+        return max(0, end - state.start_offset - done)
+
+    def _refuse_unless_empty(self, group_id: str) -> tuple[int, str | None] | None:
+        group = self.core.groups.get(group_id)
+        if group is None:
+            message = (f"Group {group_id} is not a share group." if self.core.foreign_group(group_id)
+                       else f"Group {group_id} not found.")
+            return ErrorCode.GROUP_ID_NOT_FOUND, message
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP, "The group is not empty."
+        return None
+
+    async def alter_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        """AlterShareGroupOffsets: new start offsets for an empty group's share-partitions
+        (their in-flight records are forgotten, as Kafka's persister writes a new state epoch)."""
+        group_id = body["GroupId"]
+        await self._ensure_group(group_id)
+        refused = self._refuse_unless_empty(group_id)
+        if refused is not None:
+            return {"ThrottleTimeMs": 0, "ErrorCode": refused[0], "ErrorMessage": refused[1], "Responses": []}
+        await self._learn_names({t["TopicName"] for t in body["Topics"]})
+        responses = []
+        count = self._durable_count
+        for topic in body["Topics"]:
+            info = self.core.topics.by_name.get(topic["TopicName"])
+            parts = []
+            for part in topic["Partitions"]:
+                index, start = part["PartitionIndex"], part["StartOffset"]
+                if info is None or not 0 <= index < info.partitions:
+                    parts.append({"PartitionIndex": index, "ErrorCode": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                  "ErrorMessage": "This server does not host this topic-partition."})
+                    continue
+                old = await self._state_of(group_id, info.topic_id, index)
+                epoch = old.state_epoch + 1 if old is not None else 0
+                key = (group_id, info.topic_id, index)
+                self.partitions[key] = _Served(topic_name=info.name, state=SharePartition(
+                    self._settings(group_id), start_offset=max(0, start), state_epoch=epoch))
+                count = self._queue_partition(key)
+                parts.append({"PartitionIndex": index, "ErrorCode": 0, "ErrorMessage": None})
+            responses.append({"TopicName": topic["TopicName"],
+                              "TopicId": info.topic_id if info is not None else UUID(int=0), "Partitions": parts})
+        await self._durable(count)
+        return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Responses": responses}
+
+    async def delete_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        """DeleteShareGroupOffsets: an empty group forgets its state for whole topics (the
+        next member to subscribe initializes them again)."""
+        group_id = body["GroupId"]
+        await self._ensure_group(group_id)
+        refused = self._refuse_unless_empty(group_id)
+        if refused is not None:
+            return {"ThrottleTimeMs": 0, "ErrorCode": refused[0], "ErrorMessage": refused[1], "Responses": []}
+        await self._learn_names({t["TopicName"] for t in body["Topics"]})
+        group = self.core.groups[group_id]
+        responses = []
+        count = self._durable_count
+        for topic in body["Topics"]:
+            info = self.core.topics.by_name.get(topic["TopicName"])
+            if info is None:
+                responses.append({"TopicName": topic["TopicName"], "TopicId": UUID(int=0),
+                                  "ErrorCode": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                  "ErrorMessage": "This server does not host this topic-partition."})
+                continue
+            for index in range(info.partitions):
+                self.partitions.pop((group_id, info.topic_id, index), None)
+                count = self._queue(share_partition_path(group_id, info.topic_id, index), None)
+            group.initialized.pop(info.topic_id, None)
+            group.initializing.pop(info.topic_id, None)
+            count = self._queue(share_registry_path(group_id), encode_group(group.to_record()))
+            responses.append({"TopicName": info.name, "TopicId": info.topic_id, "ErrorCode": 0, "ErrorMessage": None})
+        await self._durable(count)
+        return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Responses": responses}
+
+    async def group_ids(self) -> list[tuple[str, str]]:
+        """``(group id, state)`` of every share group (ListGroups)."""
+        stored = await self.zk.call(self.store.group_ids)
+        await self.load_groups(stored)
+        return [(g.group_id, g.state.value) for g in self.core.groups.values()]
+
+    async def delete_group(self, group_id: str) -> tuple[int, str | None]:
+        """DeleteGroups of a share group: only an empty one; its state goes from ZooKeeper."""
+        await self._ensure_group(group_id)
+        refused = self._refuse_unless_empty(group_id)
+        if refused is not None:
+            return refused
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            del self.partitions[key]
+        self.core.unload(group_id)
+        await self._durable(self._queue(share_group_path(group_id), None))
+        return 0, None
+
+    def _close_session(self, key: ShareSessionKey) -> None:
+        """A session ended: the member's records go back (Kafka releases them too)."""
+        self.sessions.close(key)
+        self._release_member(key.group_id, key.member_id)
+
+    def connection_closed(self, connection: object) -> None:
+        """A client connection ended: its sessions end, their members' records go back."""
+        for key in self.sessions.close_connection(connection):
+            self._release_member(key.group_id, key.member_id)
+
+
+def _fetch_error(code: int, message: str | None, lock_ms: int) -> dict[str, Any]:
+    return {"ThrottleTimeMs": 0, "ErrorCode": int(code), "ErrorMessage": message, "AcquisitionLockTimeoutMs": lock_ms,
+            "Responses": [], "NodeEndpoints": []}
+
+
+def _aborted_ranges(batches: Sequence[Any], aborted: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The offset ranges of aborted transactional batches (read_committed): each aborted
+    producer's data batches from its transaction's first offset up to its abort marker."""
+    if not aborted:
+        return []
+    open_from: dict[int, int] = {}
+    pending = sorted(aborted, key=lambda a: a[1])
+    out: list[tuple[int, int]] = []
+    for batch in batches:
+        while pending and pending[0][1] <= batch.base_offset:
+            producer, first = pending.pop(0)
+            open_from[producer] = first
+        if not batch.transactional or batch.producer_id not in open_from:
+            continue
+        if batch.control:
+            del open_from[batch.producer_id]  # the abort marker ends the transaction
+            continue
+        out.append((batch.base_offset, batch.last_offset))
+    return out
+
+
+class ShareMetrics:
+    """Prometheus collector of the share groups (read at each scrape)."""
+
+    def __init__(self, service: ShareService) -> None:
+        self.service = service
+
+    def describe(self) -> list[Any]:
+        """No metrics at registration (the collector is read at each scrape)."""
+        return []
+
+    def collect(self) -> Any:
+        """Members per group; in-flight and acquired records, redeliveries, archived records and
+        lock expiries per group."""
+        members = GaugeMetricFamily("ksidecar_share_group_members", "Members of each share group this sidecar "
+                                    "coordinates.", labels=["group"])
+        for group_id, group in self.service.core.groups.items():
+            members.add_metric([group_id], len(group.members))
+        in_flight = GaugeMetricFamily("ksidecar_share_records_in_flight", "Records in the share-partitions' "
+                                      "in-flight windows, by group.", labels=["group"])
+        acquired = GaugeMetricFamily("ksidecar_share_records_acquired", "Records held by a member, by group.",
+                                     labels=["group"])
+        redelivered = CounterMetricFamily("ksidecar_share_records_redelivered", "Records delivered again "
+                                          "(delivery count above 1), by group.", labels=["group"])
+        archived = CounterMetricFamily("ksidecar_share_records_archived", "Records archived by a lock "
+                                       "expiry or a departing member at the delivery limit, by group.",
+                                       labels=["group"])
+        expiries = CounterMetricFamily("ksidecar_share_lock_expiries", "Acquisition locks that expired, by "
+                                       "group.", labels=["group"])
+        per_group: dict[str, list[int]] = {}
+        for (group_id, _, _), served in self.service.partitions.items():
+            totals = per_group.setdefault(group_id, [0, 0, 0, 0, 0])
+            state = served.state
+            if state is None:
+                continue
+            totals[0] += state.in_flight_count()
+            totals[1] += sum(1 for _, r in state.records() if r.state is RecordState.ACQUIRED)
+            totals[2] += served.redeliveries
+            totals[3] += served.archived
+            totals[4] += state.lock_expiries
+        for group_id, (flight, held, again, gone, expired) in sorted(per_group.items()):
+            in_flight.add_metric([group_id], flight)
+            acquired.add_metric([group_id], held)
+            redelivered.add_metric([group_id], again)
+            archived.add_metric([group_id], gone)
+            expiries.add_metric([group_id], expired)
+        yield from (members, in_flight, acquired, redelivered, archived, expiries)

@@ -1,0 +1,283 @@
+"""Share groups (KIP-932) through ``ksidecar`` in front of Tansu, with confluent-kafka's ShareConsumer.
+
+Tansu serves no share-group API: every one of them is the sidecar's own (the embedded
+coordinator, ZooKeeper for state, the sidecar's own Fetch for records). Each test turns
+``share.version`` on over the wire, sets the group's ``share.auto.offset.reset`` to
+``earliest`` with confluent-kafka's admin client, and checks what the consumers read
+against what was produced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from proxy.control.server import Sidecar
+from proxy.tools.rig.tansu import TansuServer
+from proxy.tools.rig.zookeeper import ZooKeeperServer
+from tests.proxy.conftest import StartSidecar, sidecar_keys
+from tests.proxy.test_features import UPDATE, update
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("client-groups")]
+
+PARTITIONS = 3
+RECORDS = 300
+
+
+async def share_sidecar(start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer,
+                        zk_path: str, **keys: str) -> tuple[Sidecar, str]:
+    sidecar = await start_sidecar(sidecar_keys(
+        tansu.bootstrap, zookeeper_connect=zookeeper.connect_string(zk_path), sidecar_coordinator="embedded",
+        sidecar_coordinator_metadata_refresh_ms="500", super_users="User:ANONYMOUS", **keys))
+    answer = await trio.to_thread.run_sync(update, sidecar, 2, ("share.version", 1, UPDATE))
+    assert answer.ErrorCode == 0, answer
+    return sidecar, f"127.0.0.1:{sidecar.bound['PLAINTEXT'].port}"
+
+
+def prepare(bootstrap: str, topic: str, group: str, records: int = RECORDS, partitions: int = PARTITIONS,
+            **group_configs: str) -> None:
+    """The topic, its records (values ``0..records-1``, round robin), and the group's configs."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(10)
+    entries = [ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)]
+    entries += [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+                for k, v in group_configs.items()]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(10)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(records):
+        producer.produce(topic, value=str(i).encode(), partition=i % partitions)
+    assert producer.flush(30) == 0
+
+
+class Reader(threading.Thread):
+    """One ShareConsumer: polls until told to stop, noting each record's value and delivery count."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, *, explicit: bool = False,
+                 decide: Any = None) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.group, self.topic, self.explicit, self.decide = bootstrap, group, topic, explicit, decide
+        self.stop = threading.Event()
+        self.seen: list[tuple[int, int, int]] = []  # (value, partition, delivery count)
+        self.error: BaseException | None = None
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        from confluent_kafka import AcknowledgeType, ShareConsumer
+
+        try:
+            consumer = ShareConsumer({
+                "bootstrap.servers": self.bootstrap, "group.id": self.group,
+                "share.acknowledgement.mode": "explicit" if self.explicit else "implicit",
+                "error_cb": lambda e: self.errors.append(str(e))})
+            consumer.subscribe([self.topic])
+            try:
+                while not self.stop.is_set():
+                    for message in consumer.poll(0.5):
+                        if message.error():
+                            self.errors.append(str(message.error()))
+                            continue
+                        value = int(message.value())
+                        self.seen.append((value, message.partition(), message.delivery_count()))
+                        if self.explicit:
+                            kind = self.decide(value, message.delivery_count()) if self.decide else "accept"
+                            consumer.acknowledge(message, {"accept": AcknowledgeType.ACCEPT,
+                                                           "release": AcknowledgeType.RELEASE,
+                                                           "reject": AcknowledgeType.REJECT}[kind])
+                    if self.explicit:
+                        consumer.commit_sync(10)
+            finally:
+                consumer.close()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def wait_for(predicate: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+async def test_three_members_read_every_record_exactly_once(
+        start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str) -> None:
+    _, bootstrap = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path)
+    topic, group = f"queue-{zk_path[-8:]}", f"sg-{zk_path[-8:]}"
+    await trio.to_thread.run_sync(prepare, bootstrap, topic, group)
+    readers = [Reader(bootstrap, group, topic) for _ in range(3)]
+
+    def run() -> None:
+        for reader in readers:
+            reader.start()
+        try:
+            wait_for(lambda: sum(len(r.seen) for r in readers) >= RECORDS, 60)
+            time.sleep(1.0)  # anything read twice would show now
+        finally:
+            for reader in readers:
+                reader.stop.set()
+            for reader in readers:
+                reader.join(30)
+
+    await trio.to_thread.run_sync(run)
+    for reader in readers:
+        assert reader.error is None, reader.error
+    values = Counter(v for r in readers for v, _, _ in r.seen)
+    assert sorted(values) == list(range(RECORDS)), f"missing: {sorted(set(range(RECORDS)) - set(values))[:10]}"
+    assert max(values.values()) == 1, f"read twice: {[v for v, n in values.items() if n > 1][:10]}"
+    assert all(r.seen for r in readers), [len(r.seen) for r in readers]
+
+
+async def test_explicit_release_comes_back_and_reject_never_does(
+        start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str) -> None:
+    _, bootstrap = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path)
+    topic, group = f"explicit-{zk_path[-8:]}", f"sg-{zk_path[-8:]}"
+    records = 60
+    await trio.to_thread.run_sync(lambda: prepare(bootstrap, topic, group, records))
+
+    def decide(value: int, delivery: int) -> str:
+        if value % 3 == 0 and delivery == 1:
+            return "release"
+        return "reject" if value % 3 == 1 else "accept"
+
+    reader = Reader(bootstrap, group, topic, explicit=True, decide=decide)
+
+    def run() -> None:
+        reader.start()
+        try:
+            # Every record once, then the released third again: 60 + 20 deliveries.
+            wait_for(lambda: len(reader.seen) >= records + records // 3, 60)
+            time.sleep(1.0)  # a rejected or accepted record delivered again would show now
+        finally:
+            reader.stop.set()
+            reader.join(30)
+
+    await trio.to_thread.run_sync(run)
+    assert reader.error is None, reader.error
+    deliveries: dict[int, list[int]] = {}
+    for value, _, count in reader.seen:
+        deliveries.setdefault(value, []).append(count)
+    assert sorted(deliveries) == list(range(records))
+    for value, counts in deliveries.items():
+        assert counts == ([1, 2] if value % 3 == 0 else [1]), (value, counts)
+
+
+def _member(bootstrap: str, group: str, topic: str, count: int, mode: str) -> tuple[subprocess.Popen[str], Any]:
+    process = subprocess.Popen([sys.executable, "-m", "tests.proxy.share_member", bootstrap, group, topic,
+                                str(count), mode], stdout=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).resolve().parents[2])
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line, f"the member exited ({process.wait(10)}) without printing what it holds"
+    return process, json.loads(line)
+
+
+async def test_records_of_a_killed_member_come_back_after_the_lock(
+        start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str) -> None:
+    _, bootstrap = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path,
+                                       group_share_record_lock_duration_ms="2000")
+    topic, group = f"killed-{zk_path[-8:]}", f"sg-{zk_path[-8:]}"
+    records = 30
+
+    def run() -> tuple[list[int], Reader]:
+        prepare(bootstrap, topic, group, records, partitions=1)
+        process, held = _member(bootstrap, group, topic, 1, "hold")
+        process.kill()
+        process.wait(10)
+        reader = Reader(bootstrap, group, topic)
+        reader.start()
+        try:
+            wait_for(lambda: {v for v, _, _ in reader.seen} >= set(range(records)), 30)
+        finally:
+            reader.stop.set()
+            reader.join(30)
+        return held["held"], reader
+
+    held, reader = await trio.to_thread.run_sync(run)
+    assert reader.error is None, reader.error
+    assert held, "the killed member held nothing"
+    counts = {v: c for v, _, c in reader.seen}
+    assert sorted(counts) == list(range(records))
+    # What the killed member held came back once its lock expired, as a second delivery.
+    assert all(counts[v] == 2 for v in held), {v: counts[v] for v in held}
+    assert all(c == 1 for v, c in counts.items() if v not in held)
+
+
+def _enable(bootstrap: str) -> None:
+    from proxy.tools.admin_client import AdminClient
+
+    with AdminClient(bootstrap) as client:
+        answer = client.call(57, 1, {"timeoutMs": 10000, "ValidateOnly": False, "FeatureUpdates": [
+            {"Feature": "share.version", "MaxVersionLevel": 1, "UpgradeType": UPDATE}]})
+    assert answer.ErrorCode == 0, answer
+
+
+def test_acknowledged_records_survive_a_killed_sidecar(
+        tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str, tmp_path: Path) -> None:
+    """Records a member accepted (the commit answered) are never delivered again after the
+    sidecar is SIGKILLed and started again; every other record is delivered."""
+    from kazoo.client import KazooClient
+
+    from proxy.tools.rig.sidecar import start_sidecar as start_process
+
+    client = KazooClient(hosts=zookeeper.connect, timeout=10)
+    client.start(timeout=10)
+    client.ensure_path(zk_path)
+    client.stop()
+    client.close()
+    keys = {"zookeeper.connect": zookeeper.connect_string(zk_path), "sidecar.coordinator": "embedded",
+            "super.users": "User:ANONYMOUS", "zookeeper.session.timeout.ms": "4000"}
+    first = start_process(tmp_path, tansu.bootstrap, name="sidecar-share-1", keys=keys)
+    topic, group = f"durable-{zk_path[-8:]}", f"sg-{zk_path[-8:]}"
+    records = 60
+    try:
+        _enable(first.bootstrap)
+        prepare(first.bootstrap, topic, group, records)
+        member, got = _member(first.bootstrap, group, topic, 25, "accept")
+        accepted = set(got["accepted"])
+        assert accepted, got
+        assert first.process.pid is not None
+        os.kill(first.process.pid, signal.SIGKILL)
+        member.kill()
+        member.wait(10)
+    finally:
+        first.stop()
+    second = start_process(tmp_path, tansu.bootstrap, name="sidecar-share-2", keys=keys)
+    try:
+        reader = Reader(second.bootstrap, group, topic)
+        reader.start()
+        try:
+            wait_for(lambda: {v for v, _, _ in reader.seen} | accepted >= set(range(records)), 60)
+            time.sleep(1.0)
+        finally:
+            reader.stop.set()
+            reader.join(30)
+    finally:
+        second.stop()
+    assert reader.error is None, reader.error
+    again = {v for v, _, _ in reader.seen}
+    assert not again & accepted, f"delivered again after acknowledged: {sorted(again & accepted)[:10]}"
+    assert again | accepted == set(range(records)), f"lost: {sorted(set(range(records)) - again - accepted)[:10]}"
