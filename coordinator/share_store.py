@@ -37,6 +37,15 @@ class ShareStoreError(Exception):
     """A batch could not be written; nothing of it is visible."""
 
 
+class ShareStoreConflict(ShareStoreError):
+    """A share-partition's znode changed since this store last read or wrote it (another
+    sidecar serves the share-partition now): nothing of the batch was written."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(f"{path} was written by someone else ({detail})")
+        self.path = path
+
+
 def kafka_uuid(topic_id: UUID) -> str:
     """Kafka's string form of a UUID (URL-safe base64, no padding)."""
     return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
@@ -72,6 +81,9 @@ class ShareStore:
         self.client = client
         self.root = root.rstrip("/") or SHARE_ROOT
         self._known: set[str] = set()
+        #: The znode version of each share-partition this store read or wrote: its next write
+        #: is compare-and-set against it (the fence between two sidecars serving one).
+        self._versions: dict[str, int] = {}
         #: Transactions committed (for tests and the sizing guide).
         self.transactions = 0
 
@@ -112,9 +124,11 @@ class ShareStore:
         """One share-partition's state, or ``None`` when it has none."""
         path = share_partition_path(group_id, topic_id, partition, self.root)
         if self.client.exists(path) is None:
+            self._versions.pop(path, None)
             return None
-        data, _ = self.client.get(path)
+        data, stat = self.client.get(path)
         self._known.add(path)
+        self._versions[path] = stat.version
         return decode_state(data)
 
     def write(self, nodes: Mapping[str, bytes | None]) -> None:
@@ -132,7 +146,10 @@ class ShareStore:
                 if parent not in creating and not self._exists(parent):
                     ops.append(("create", parent, b""))
                     creating.add(parent)
-            ops.append(("set" if path in creating or self._exists(path) else "create", path, data))
+            if path in creating or self._exists(path):
+                ops.append(("set", path, data))
+            else:
+                ops.append(("create", path, data))
             creating.add(path)
         if not ops:
             return
@@ -141,7 +158,7 @@ class ShareStore:
             if kind == "create":
                 txn.create(path, data)
             elif kind == "set":
-                txn.set_data(path, data)
+                txn.set_data(path, data, version=self._versions.get(path, -1))
             else:
                 txn.delete(path)
         try:
@@ -149,17 +166,24 @@ class ShareStore:
         except Exception as exc:  # connection loss, timeouts: the outcome is unknown
             self._known.clear()
             raise ShareStoreError(f"ZooKeeper transaction failed: {exc!r}") from exc
-        failures = [r for r in results if isinstance(r, Exception)]
-        if failures:
+        failed = [(op, r) for op, r in zip(ops, results, strict=False) if isinstance(r, Exception)]
+        if failed:
             self._known.clear()
-            first = next((f for f in failures if type(f).__name__ != "RolledBackError"), failures[0])
+            (kind, path, _), first = next(((op, r) for op, r in failed if type(r).__name__ != "RolledBackError"),
+                                          failed[0])
+            if f"/{PARTITIONS}/" in path and type(first).__name__ in ("BadVersionError", "NodeExistsError"):
+                self._versions.pop(path, None)
+                raise ShareStoreConflict(path, type(first).__name__)
             raise ShareStoreError(f"ZooKeeper transaction rolled back: {first!r}")
         self.transactions += 1
-        for kind, path, _ in ops:
+        for (kind, path, _), result in zip(ops, results, strict=False):
             if kind == "delete":
                 self._known.discard(path)
-            else:
-                self._known.add(path)
+                self._versions.pop(path, None)
+                continue
+            self._known.add(path)
+            if f"/{PARTITIONS}/" in path:
+                self._versions[path] = 0 if kind == "create" else result.version
 
     def _exists(self, path: str) -> bool:
         if path in self._known:

@@ -58,6 +58,7 @@ from observers.audit_schema import (
     FORMAT_FEATURE,
     METADATA_KEY,
     PRODUCE_KEY,
+    SHARE_FETCH_KEY,
     VERSION_AT_LEVEL,
     VERSION_KEY,
     schema_for,
@@ -74,6 +75,7 @@ from observers.traffic import (
     fetch_throttle,
     fetch_traffic,
     produce_traffic,
+    share_fetch_traffic,
     throttle_in,
 )
 from protocol.apis import Api, ApiRegistry
@@ -386,6 +388,9 @@ class AuditRecorder:
             elif body is not None and api_key == FETCH_KEY:
                 view = memoryview(body)
                 return acks, fetch_traffic(version, view, self.names), [], fetch_throttle(version, view)
+            elif body is not None and api_key == SHARE_FETCH_KEY:
+                view = memoryview(body)
+                return acks, share_fetch_traffic(version, view, self.names), [], fetch_throttle(version, view)
             elif body is not None and api_key == METADATA_KEY:
                 return acks, [], self.inventory.read(version, memoryview(body), self.names), None
         except ProtocolError:  # the broker's to refuse: the row gets the header facts

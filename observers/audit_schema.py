@@ -149,6 +149,8 @@ DOCS: dict[str, str] = {name: doc for name, _, _, doc in _FIELDS}
 #: API keys whose rows are per topic-partition.
 PRODUCE_KEY = 0
 FETCH_KEY = 1
+#: ShareFetch (KIP-932): records out to share-group members, per topic-partition like Fetch.
+SHARE_FETCH_KEY = 78
 #: The API key whose responses list the topics (the inventory rows).
 METADATA_KEY = 3
 

@@ -44,6 +44,9 @@ FETCH_RESPONSE = Picker(DEFAULT_REGISTRY.api(1).response, {
     "Responses": {"Topic": None, "TopicId": None,
                   "Partitions": {"PartitionIndex": None, "ErrorCode": None, "Records": None}},
 })  # fmt: skip
+SHARE_FETCH_RESPONSE = Picker(DEFAULT_REGISTRY.api(78).response, {
+    "Responses": {"TopicId": None, "Partitions": {"PartitionIndex": None, "ErrorCode": None, "Records": None}},
+})  # fmt: skip
 METADATA_RESPONSE = Picker(DEFAULT_REGISTRY.api(3).response, {"Topics": {"Name": None, "TopicId": None}})
 #: What the audit's topic inventory reads of a Metadata response.
 METADATA_INVENTORY = Picker(DEFAULT_REGISTRY.api(3).response, {
@@ -170,6 +173,19 @@ def fetch_traffic(version: int, response: memoryview, names: TopicNames) -> list
     out: list[PartitionTraffic] = []
     for name, topic_id, partitions in topics:
         topic = names.name(name, topic_id)
+        for index, error, span in partitions:
+            size, records = _records(response, span)
+            out.append(PartitionTraffic(topic, index, size, records, error))
+    return out
+
+
+def share_fetch_traffic(version: int, response: memoryview, names: TopicNames) -> list[PartitionTraffic]:
+    """One entry per topic-partition of a ShareFetch response body (KIP-932: what a share
+    group's member received; topics by id)."""
+    (topics,) = SHARE_FETCH_RESPONSE.pick(version, response)
+    out: list[PartitionTraffic] = []
+    for topic_id, partitions in topics:
+        topic = names.name(None, topic_id)
         for index, error, span in partitions:
             size, records = _records(response, span)
             out.append(PartitionTraffic(topic, index, size, records, error))

@@ -34,6 +34,7 @@ from observers.audit_schema import (
     FETCH_KEY,
     PARTITION_COLUMNS,
     PRODUCE_KEY,
+    SHARE_FETCH_KEY,
     VERSION_KEY,
     check_version,
 )
@@ -284,8 +285,8 @@ def is_produce() -> Column:
 
 
 def is_fetch() -> Column:
-    """Fetch rows that name a topic-partition (bytes out)."""
-    return (F.col("api_key") == FETCH_KEY) & F.col("topic").isNotNull()
+    """Fetch and ShareFetch rows that name a topic-partition (bytes out)."""
+    return F.col("api_key").isin(FETCH_KEY, SHARE_FETCH_KEY) & F.col("topic").isNotNull()
 
 
 def is_inventory() -> Column:

@@ -36,9 +36,9 @@ latency (the sidecar measures the request, not each partition).
 | ``slo_ms`` | the SLO the row was computed against |
 
 ``long_polls`` — one row per (``hour``, ``api_key``, ``api_name``, ``principal``) of Fetch,
-JoinGroup and SyncGroup requests (each request once): ``requests``, ``no_response``,
+JoinGroup, SyncGroup and ShareFetch requests (each request once): ``requests``, ``no_response``,
 ``held_p50_us``, ``held_p99_us``, ``held_max_us`` (time held by design: the whole latency of
-JoinGroup and SyncGroup, a Fetch's latency up to its max wait), ``beyond_wait_p99_us``
+JoinGroup, SyncGroup and ShareFetch, a Fetch's latency up to its max wait), ``beyond_wait_p99_us``
 (Fetch: latency past its max wait; null for the others) and ``max_wait_ms`` (the largest
 max wait asked).
 
@@ -70,9 +70,10 @@ LONG_POLL_KEYS = ("hour", "api_key", "api_name", "principal")
 PERCENTILES = (("p50_us", 0.5), ("p95_us", 0.95), ("p99_us", 0.99))
 DEFAULT_ACCURACY = options.DEFAULT_ACCURACY
 
-JOIN_GROUP, SYNC_GROUP = 11, 14
-#: APIs held until something else happens (a rebalance): their latency is all waiting.
-HELD_APIS = (JOIN_GROUP, SYNC_GROUP)
+JOIN_GROUP, SYNC_GROUP, SHARE_FETCH = 11, 14, 78
+#: APIs held until something else happens (a rebalance; for ShareFetch, records to acquire,
+#: up to its MaxWaitMs): their latency is all waiting.
+HELD_APIS = (JOIN_GROUP, SYNC_GROUP, SHARE_FETCH)
 #: The long polls reported apart: the held APIs and Fetch.
 LONG_POLL_APIS = (FETCH_KEY, *HELD_APIS)
 #: Kafka's default ``fetch.max.wait.ms``: the wait assumed for a Fetch row without

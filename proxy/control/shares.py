@@ -66,6 +66,7 @@ from coordinator.share_sessions import FetchContext, SessionError, ShareSessionK
 from coordinator.share_state import RecordState, ShareState, encode_state
 from coordinator.share_store import (
     ShareStore,
+    ShareStoreConflict,
     ShareStoreError,
     share_group_path,
     share_partition_path,
@@ -92,6 +93,9 @@ PartitionKey = tuple[str, UUID, int]
 WRITE_RETRY = 0.5
 #: The most a ShareFetch waits, whatever its ``MaxWaitMs`` says (seconds).
 MAX_WAIT = 30.0
+#: Fetch errors that say the broker does not lead the partition (any more).
+MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                   ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.LEADER_NOT_AVAILABLE})
 
 
 def wall_ms() -> int:
@@ -167,6 +171,10 @@ class ShareService:
         self._durable_event = trio.Event()
         #: Set when records are let go (a fetch waiting for acquirable records looks again).
         self._released = trio.Event()
+        #: Share-partition znodes by path, and the change count up to which a path's write
+        #: was given up (another sidecar wrote it: a conflict).
+        self._paths: dict[str, PartitionKey] = {}
+        self._failed: dict[str, int] = {}
         self._timer_changed = trio.Event()
         self._refresh_now = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -192,6 +200,19 @@ class ShareService:
             self._queued = {}
             try:
                 await self.zk.call(self.store.write, batch)
+            except ShareStoreConflict as exc:
+                # Another sidecar serves this share-partition now (its leader moved): forget
+                # ours, fail what waited for it, write the rest at once.
+                log.warning("share groups: %s; this sidecar stops serving it", exc)
+                key = self._paths.get(exc.path)
+                if key is not None:
+                    self.partitions.pop(key, None)
+                self._failed[exc.path] = count
+                batch.pop(exc.path, None)
+                for path, data in batch.items():
+                    self._queued.setdefault(path, data)
+                self._queued_event.set()
+                continue
             except ShareStoreError as exc:
                 log.warning("share groups: writing %d znode(s) to ZooKeeper failed (%s); trying again", len(batch),
                             exc)
@@ -388,7 +409,13 @@ class ShareService:
     def _queue_partition(self, key: PartitionKey) -> int:
         served = self.partitions[key]
         assert served.state is not None
-        return self._queue(share_partition_path(*key), encode_state(served.state.snapshot()))
+        path = share_partition_path(*key)
+        self._paths[path] = key
+        return self._queue(path, encode_state(served.state.snapshot()))
+
+    def _lost(self, key: PartitionKey, count: int) -> bool:
+        """Whether the write of ``key``'s state queued at ``count`` was given up (a conflict)."""
+        return self._failed.get(share_partition_path(*key), -1) >= count
 
     async def _partition(self, key: PartitionKey, topic_name: str) -> _Served:
         """The share-partition, loaded (and placed by ``share.auto.offset.reset``) if need be."""
@@ -458,6 +485,7 @@ class ShareService:
         """Apply acknowledgements; ``{(topic, partition): (error, message)}`` once durable."""
         results: dict[tuple[UUID, int], tuple[int, str | None]] = {}
         count = self._durable_count
+        queued: dict[tuple[UUID, int], int] = {}
         for (topic, index), batches in acks.items():
             name = self._name(topic)
             if name is None:
@@ -470,10 +498,14 @@ class ShareService:
                 results[(topic, index)] = (error.code, error.message)
                 continue
             results[(topic, index)] = (0, None)
-            count = self._queue_partition((group_id, topic, index))
+            count = queued[(topic, index)] = self._queue_partition((group_id, topic, index))
             self._let_go()
         self._wake_timers()
         await self._durable(count)
+        for (topic, index), at in queued.items():
+            if self._lost((group_id, topic, index), at):
+                results[(topic, index)] = (ErrorCode.NOT_LEADER_OR_FOLLOWER, "The share-partition moved to another "
+                                           "sidecar before this acknowledgement was durable.")
         return results
 
     async def share_fetch(self, version: int, body: Mapping[str, Any], connection: object) -> dict[str, Any]:
@@ -585,6 +617,12 @@ class ShareService:
                 assert served.state is not None
                 served.state.advance_log_start(max(fetched.log_start_offset, 0))
                 got.error = 0
+                continue
+            if fetched.error_code in MOVED:
+                # The broker no longer leads the partition: its sidecar stops serving the
+                # share-partition (what members held here comes back from the durable state
+                # on the new leader's sidecar); the member is told to look again.
+                self.partitions.pop(key, None)
                 continue
             if fetched.error_code or left <= 0 or not fetched.records:
                 continue

@@ -118,6 +118,8 @@ class DemoResult:
     policy: str = ""
     #: What ``ksidecar reload`` said, and what the policy said to that topic afterwards.
     reload: str = ""
+    #: What the share group (KIP-932) read of the demo topic.
+    queue: str = ""
     #: Each sidecar's worker processes (``sidecar.workers``): ``(ready, of)``, by broker id.
     workers: dict[int, tuple[int, int]] = field(default_factory=dict)
 
@@ -134,7 +136,7 @@ class DemoResult:
             self.inventory.get(self.topic) == self.partitions
             and self.idle_topic in self.unused and self.topic not in self.unused
         )
-        held = not {"JoinGroup", "SyncGroup"} & set(self.slo_breaches)
+        held = not {"JoinGroup", "SyncGroup", "ShareFetch"} & set(self.slo_breaches)
         # Finalized before any traffic: version 3 rows name the client; the only row before
         # it (version 2) may be the UpdateFeatures request itself.
         named = (self.audit_versions.get("2", 0) <= 1 and self.audit_versions.get("3", 0) > 0
@@ -149,8 +151,9 @@ class DemoResult:
         reloaded = "reloaded (ksidecar reload): policy.create.topics.name.pattern" in self.reload and (
             self.brokers > 1 or "was not refused" in self.reload)
         working = bool(self.workers) and all(ready == of for ready, of in self.workers.values())
+        queued = f"read {self.produced} of {self.produced} records" in self.queue and ", 0 twice, 0 missing" in self.queue
         return (moved and coordinated and audited and inventoried and held and named and spread and refused
-                and reloaded and working and bool(self.report))
+                and reloaded and working and queued and bool(self.report))
 
 
 @dataclass(frozen=True)
@@ -220,11 +223,13 @@ def choose_bootstrap(
 
 
 AUDIT_FORMAT = "ksidecar.audit.format"
+SHARE_VERSION = "share.version"
 
 
 def finalize_audit_format(bootstrap: str) -> str:
-    """``ksidecar features upgrade --feature ksidecar.audit.format=1`` against the sidecar at
-    ``bootstrap`` (UpdateFeatures over the wire); return what it printed.
+    """``ksidecar features upgrade --feature ksidecar.audit.format=1 --feature share.version=1``
+    against the sidecar at ``bootstrap`` (UpdateFeatures over the wire: the audit's schema
+    version 3, and share groups on); return what it printed.
 
     Raises ``RuntimeError`` when the upgrade is refused. The sidecar applies the update
     itself and installs it before answering; its audit follows the level at its next tick
@@ -240,11 +245,11 @@ def finalize_audit_format(bootstrap: str) -> str:
     parser = argparse.ArgumentParser(prog="ksidecar")
     features_cli.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["features", "--bootstrap-server", bootstrap, "upgrade",
-                              "--feature", f"{AUDIT_FORMAT}=1"])
+                              "--feature", f"{AUDIT_FORMAT}=1", "--feature", f"{SHARE_VERSION}=1"])
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         code = features_cli.run(args)
-    printed = out.getvalue().strip()
+    printed = "; ".join(line.strip() for line in out.getvalue().splitlines() if line.strip())
     if code != 0:
         raise RuntimeError(f"ksidecar features upgrade failed: {printed}")
     time.sleep(3 * TICK_INTERVAL)
@@ -419,6 +424,51 @@ def demo_reload(sidecars: Sequence[SidecarServer], bootstrap: str, scratch: str 
     return account
 
 
+def demo_queue(bootstrap: str, topic: str, group: str, records: int) -> str:
+    """Two confluent-kafka ShareConsumers in one share group (KIP-932) read the demo topic as
+    a queue: each record goes to one of them; return a one-line account."""
+    import threading
+
+    from confluent_kafka import ShareConsumer
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    for future in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
+                                                                  incremental_configs=[entry])]).values():
+        future.result(30)
+    got: list[list[bytes]] = [[], []]
+    done = threading.Event()
+
+    def member(seen: list[bytes]) -> None:
+        consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        consumer.subscribe([topic])
+        try:
+            deadline = time.monotonic() + 30
+            while not done.is_set() and time.monotonic() < deadline:
+                seen.extend(m.value() or b"" for m in consumer.poll(0.2) if not m.error())
+                if sum(len(g) for g in got) >= records:
+                    done.set()
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=member, args=(seen,), daemon=True) for seen in got]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(40)
+    values = [v for seen in got for v in seen]
+    twice = len(values) - len(set(values))
+    return (f"share group {group}: 2 ShareConsumers read {len(set(values))} of {records} records as a queue "
+            f"({len(got[0])} and {len(got[1])}), {twice} twice, {records - len(set(values))} missing")
+
+
 def prepare_zookeeper(zookeeper: ZooKeeperServer) -> str:
     """Create the sidecars' chroot node; return the server's version."""
     from kazoo.client import KazooClient
@@ -538,8 +588,9 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
         password = add_reader(zookeeper)
         clients = choose_bootstrap(upstreams, work_dir, zookeeper, stack, audit_dir)
         audit_format = finalize_audit_format(clients.first)
-        print(f"ksidecar demo: ksidecar features upgrade --feature {AUDIT_FORMAT}=1: {audit_format} "
-              "(the audit now writes schema version 3, with client software)", flush=True)
+        print(f"ksidecar demo: ksidecar features upgrade --feature {AUDIT_FORMAT}=1 --feature {SHARE_VERSION}=1: "
+              f"{audit_format} (the audit now writes schema version 3, with client software; share groups on)",
+              flush=True)
 
         led: dict[int, tuple[int, ...]] = {}
         if mock is None:
@@ -561,6 +612,8 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
         client_quota = demo_client_quota(clients.first, zookeeper)
         policy = (demo_policy(clients.first, f"scratch-{suffix}") if mock is None else
                   "not shown: librdkafka's mock cluster serves no CreateTopics (the one-broker demo shows it)")
+        queue = demo_queue(clients.plaintext, topic, f"demo-queue-{suffix}", records)
+        print(f"ksidecar demo: {queue}", flush=True)
         reload = demo_reload(list(clients.sidecars.values()), clients.first,
                              f"scratch-{suffix}" if mock is None else None)
         stored = group_offsets(zookeeper, group, topic)
@@ -586,6 +639,7 @@ def run(work_dir: Path, records: int = 1000, partitions: int = 3, brokers: int =
             client_quota=client_quota,
             policy=policy,
             reload=reload,
+            queue=queue,
             elapsed=0.0,
             reader=f"User:{READER}",
             audit_dir=str(audit_dir),
@@ -747,7 +801,9 @@ def summary(result: DemoResult) -> str:
         ("client quota", result.client_quota),
         ("policy", result.policy + " (filter.class.names=policy)"),
         ("reload", result.reload),
-        ("features", f"{AUDIT_FORMAT} finalized at 1 before any traffic ({result.audit_format or 'not done'})"),
+        ("queue", result.queue),
+        ("features", f"{AUDIT_FORMAT} and {SHARE_VERSION} finalized at 1 before any traffic "
+                     f"({result.audit_format or 'not done'})"),
         ("audit", f"{result.audit_rows} rows in {result.audit_dir} ("
                   + ", ".join(f"schema v{v}: {n}" for v, n in result.audit_versions.items())
                   + f"); client software: {', '.join(result.client_software) or 'none recorded'}"),
