@@ -691,9 +691,8 @@ class ShareService:
     # -- the offsets APIs (kafka-share-groups.sh) ------------------------------------------
 
     async def _state_of(self, group_id: str, topic: UUID, index: int) -> ShareState | None:
-        served = self.partitions.get((group_id, topic, index))
-        if served is not None and served.state is not None:
-            return served.state.snapshot()
+        """A share-partition's durable state, as ZooKeeper holds it: the leader's sidecar may
+        be another one, and what is not durable is not reported."""
         return await self.zk.call(self.store.load_partition, group_id, topic, index)
 
     async def describe_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:

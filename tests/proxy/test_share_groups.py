@@ -81,6 +81,8 @@ class Reader(threading.Thread):
         self.bootstrap, self.group, self.topic, self.explicit, self.decide = bootstrap, group, topic, explicit, decide
         self.stop = threading.Event()
         self.seen: list[tuple[int, int, int]] = []  # (value, partition, delivery count)
+        #: Explicit mode: values whose acknowledgement the commit answered with success.
+        self.accepted: list[int] = []
         self.error: BaseException | None = None
         self.errors: list[str] = []
 
@@ -95,19 +97,24 @@ class Reader(threading.Thread):
             consumer.subscribe([self.topic])
             try:
                 while not self.stop.is_set():
+                    kinds: list[tuple[int, int, str]] = []  # (value, partition, acknowledgement)
                     for message in consumer.poll(0.5):
                         if message.error():
                             self.errors.append(str(message.error()))
                             continue
-                        value = int(message.value())
+                        raw = message.value() or b""
+                        value: Any = int(raw) if raw.isdigit() else raw.decode()
                         self.seen.append((value, message.partition(), message.delivery_count()))
                         if self.explicit:
                             kind = self.decide(value, message.delivery_count()) if self.decide else "accept"
                             consumer.acknowledge(message, {"accept": AcknowledgeType.ACCEPT,
                                                            "release": AcknowledgeType.RELEASE,
                                                            "reject": AcknowledgeType.REJECT}[kind])
-                    if self.explicit:
-                        consumer.commit_sync(10)
+                            kinds.append((value, message.partition(), kind))
+                    if self.explicit and kinds:
+                        results = consumer.commit_sync(10)
+                        failed = {tp.partition for tp, error in results.items() if error is not None}
+                        self.accepted += [v for v, p, k in kinds if k == "accept" and p not in failed]
             finally:
                 consumer.close()
         except BaseException as exc:  # reported by the test
@@ -123,12 +130,18 @@ def wait_for(predicate: Any, seconds: float) -> bool:
     return predicate()
 
 
+def metric(sidecar: Sidecar, name: str, group: str) -> float | None:
+    return sidecar.metrics.registry.get_sample_value(name, {"group": group})
+
+
 async def test_three_members_read_every_record_exactly_once(
         start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str) -> None:
-    _, bootstrap = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path)
+    sidecar, bootstrap = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path)
     topic, group = f"queue-{zk_path[-8:]}", f"sg-{zk_path[-8:]}"
     await trio.to_thread.run_sync(prepare, bootstrap, topic, group)
     readers = [Reader(bootstrap, group, topic) for _ in range(3)]
+
+    members: list[float | None] = []
 
     def run() -> None:
         for reader in readers:
@@ -136,6 +149,7 @@ async def test_three_members_read_every_record_exactly_once(
         try:
             wait_for(lambda: sum(len(r.seen) for r in readers) >= RECORDS, 60)
             time.sleep(1.0)  # anything read twice would show now
+            members.append(trio.from_thread.run_sync(metric, sidecar, "ksidecar_share_group_members", group))
         finally:
             for reader in readers:
                 reader.stop.set()
@@ -149,11 +163,17 @@ async def test_three_members_read_every_record_exactly_once(
     assert sorted(values) == list(range(RECORDS)), f"missing: {sorted(set(range(RECORDS)) - set(values))[:10]}"
     assert max(values.values()) == 1, f"read twice: {[v for v, n in values.items() if n > 1][:10]}"
     assert all(r.seen for r in readers), [len(r.seen) for r in readers]
+    # The metrics: three members while they read, none once they closed (each left the group);
+    # nothing delivered twice, nothing held.
+    assert members == [3.0]
+    assert metric(sidecar, "ksidecar_share_group_members", group) == 0
+    assert metric(sidecar, "ksidecar_share_records_redelivered_total", group) == 0
+    assert metric(sidecar, "ksidecar_share_records_acquired", group) == 0
 
 
 async def test_explicit_release_comes_back_and_reject_never_does(
         start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str) -> None:
-    _, bootstrap = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path)
+    sidecar, bootstrap = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path)
     topic, group = f"explicit-{zk_path[-8:]}", f"sg-{zk_path[-8:]}"
     records = 60
     await trio.to_thread.run_sync(lambda: prepare(bootstrap, topic, group, records))
@@ -183,6 +203,7 @@ async def test_explicit_release_comes_back_and_reject_never_does(
     assert sorted(deliveries) == list(range(records))
     for value, counts in deliveries.items():
         assert counts == ([1, 2] if value % 3 == 0 else [1]), (value, counts)
+    assert metric(sidecar, "ksidecar_share_records_redelivered_total", group) == records // 3
 
 
 def _member(bootstrap: str, group: str, topic: str, count: int, mode: str) -> tuple[subprocess.Popen[str], Any]:
