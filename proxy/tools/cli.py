@@ -54,6 +54,7 @@ from proxy.tools import (
     quotas_cli,
     readiness,
     reload_cli,
+    share_groups_cli,
     users_cli,
     zookeeper_cli,
 )
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_arguments(sub.add_parser("demo", help="run the end-to-end demo on loopback"))
     quotas_cli.add_parser(sub)
     groups_cli.add_parser(sub)
+    share_groups_cli.add_parser(sub)
     acls_cli.add_parser(sub)
     features_cli.add_parser(sub)
     users_cli.add_parser(sub)
@@ -213,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         return quotas_cli.run(args)
     if args.command == "groups":
         return groups_cli.run(args)
+    if args.command == "share-groups":
+        return share_groups_cli.run(args)
     if args.command == "acls":
         return acls_cli.run(args)
     if args.command == "features":
