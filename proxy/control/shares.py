@@ -178,6 +178,8 @@ class ShareService:
         self._timer_changed = trio.Event()
         self._refresh_now = trio.Event()
         self._nursery: trio.Nursery | None = None
+        #: Records acknowledged (any type), for the metrics and the sizing guide.
+        self.acknowledged = 0
         self.metrics = ShareMetrics(self)
         registry.register(self.metrics)
 
@@ -498,6 +500,7 @@ class ShareService:
                 results[(topic, index)] = (error.code, error.message)
                 continue
             results[(topic, index)] = (0, None)
+            self.acknowledged += sum(b.last_offset - b.first_offset + 1 for b in batches)
             count = queued[(topic, index)] = self._queue_partition((group_id, topic, index))
             self._let_go()
         self._wake_timers()
@@ -930,3 +933,10 @@ class ShareMetrics:
             archived.add_metric([group_id], gone)
             expiries.add_metric([group_id], expired)
         yield from (members, in_flight, acquired, redelivered, archived, expiries)
+        acknowledged = CounterMetricFamily("ksidecar_share_acknowledged_records", "Records whose "
+                                           "acknowledgement (accept, release, reject) this sidecar applied.")
+        acknowledged.add_metric([], self.service.acknowledged)
+        writes = CounterMetricFamily("ksidecar_share_state_transactions", "ZooKeeper transactions that wrote "
+                                     "share-group state (each holds every change queued while the last was written).")
+        writes.add_metric([], self.service.store.transactions)
+        yield from (acknowledged, writes)
