@@ -39,7 +39,13 @@ def metric(sidecar: SidecarServer, name: str) -> float:
 def prepare(bootstrap: str, topic: str, group: str, records: int, size: int) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient as ConfluentAdmin
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
 
     admin = ConfluentAdmin({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(10)
