@@ -269,6 +269,15 @@ class GroupService:
         assert pending is not None
         return pending
 
+    def coordinates(self, group_id: str) -> bool:
+        """Whether the fleet's placement names this sidecar ``group_id``'s coordinator (always
+        alone, and before this sidecar sees its own registration)."""
+        fleet = self.fleet
+        if fleet is None or fleet.me is None:
+            return True
+        chosen = fleet.owner(group_id)
+        return chosen is None or chosen == fleet.me
+
     def coordinator_address(self, listener: str) -> tuple[int, str, int]:
         """``(node id, host, port)`` this sidecar advertises on ``listener``."""
         return self._address(listener)

@@ -247,6 +247,7 @@ class Sidecar:
                     delivery_count_limit=config["group.share.delivery.count.limit"],
                     max_record_locks=config["group.share.partition.max.record.locks"]),
                 max_sessions=config["group.share.max.share.sessions"],
+                coordinates=groups.coordinates,
                 group_configs=self.group_configs, foreign_group=lambda group_id: group_id in groups.core.ctx.groups,
                 node_id=lambda: self.identity.broker_id,
                 refresh_interval=config["sidecar.coordinator.metadata.refresh.ms"] / 1000)

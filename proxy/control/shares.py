@@ -147,13 +147,16 @@ class ShareService:
                  group_settings: ShareGroupSettings | None = None, share_settings: ShareSettings | None = None,
                  group_configs: GroupSettingsSource | None = None, foreign_group: Callable[[str], bool] | None = None,
                  clock: Callable[[], int] = wall_ms, node_id: Callable[[], int] = lambda: -1,
-                 refresh_interval: float = 10.0, max_sessions: int = 2000) -> None:
+                 refresh_interval: float = 10.0, max_sessions: int = 2000,
+                 coordinates: Callable[[str], bool] = lambda _group_id: True) -> None:
         self.zk = zk
         self.reader = reader
         self.topic_source = topics
         self.clock = clock
         self.node_id = node_id
         self.refresh_interval = refresh_interval
+        #: Whether the fleet's placement names this sidecar the group's coordinator.
+        self.coordinates = coordinates
         self.core = ShareGroupCoordinator(group_settings or ShareGroupSettings(),
                                           foreign_group=foreign_group or (lambda _group_id: False))
         self.share_settings = share_settings or ShareSettings()
@@ -315,10 +318,18 @@ class ShareService:
             self._loaded_groups.add(group_id)
 
     async def heartbeat(self, req: ShareGroupHeartbeatRequest, client: Client) -> ShareGroupHeartbeatResponse:
-        """ShareGroupHeartbeat: the answer once what it changed is durable."""
-        if req.group_id:
+        """ShareGroupHeartbeat: the answer once what it changed is durable. A group the
+        fleet's placement gives another sidecar is NOT_COORDINATOR here (the member asks
+        FindCoordinator again), and forgotten, so that it is read again from ZooKeeper if it
+        comes back."""
+        if req.group_id and not self.coordinates(req.group_id):
+            self.core.unload(req.group_id)
+            self._loaded_groups.discard(req.group_id)
+            return ShareGroupHeartbeatResponse(error=ErrorCode.NOT_COORDINATOR,
+                                               error_message="This sidecar does not coordinate the group.")
+        if req.group_id and req.member_id:  # else the core refuses it: no I/O first
             await self._ensure_group(req.group_id)
-        names = set(req.subscribed_topic_names or ())
+        names = set(req.subscribed_topic_names or ()) if req.group_id and req.member_id else set()
         if names - set(self.core.topics.by_name):
             try:
                 await self._learn(names)
