@@ -148,7 +148,8 @@ class ShareService:
                  group_configs: GroupSettingsSource | None = None, foreign_group: Callable[[str], bool] | None = None,
                  clock: Callable[[], int] = wall_ms, node_id: Callable[[], int] = lambda: -1,
                  refresh_interval: float = 10.0, max_sessions: int = 2000,
-                 coordinates: Callable[[str], bool] = lambda _group_id: True) -> None:
+                 coordinates: Callable[[str], bool] = lambda _group_id: True,
+                 store: ShareStore | None = None) -> None:
         self.zk = zk
         self.reader = reader
         self.topic_source = topics
@@ -162,7 +163,7 @@ class ShareService:
         self.share_settings = share_settings or ShareSettings()
         self.group_configs = group_configs
         self.sessions = ShareSessions(max_sessions)
-        self.store = ShareStore(zk.client)
+        self.store = store if store is not None else ShareStore(zk.client)
         self.partitions: dict[PartitionKey, _Served] = {}
         self._loaded_groups: set[str] = set()
         self._locks: dict[object, trio.Lock] = {}

@@ -1,20 +1,32 @@
-"""The share-group shell's own decisions, with plain objects (proxy/control/shares.py):
-which fetched batches are aborted transactions (read_committed), and a heartbeat for a
-group the fleet gives another sidecar. Expected values are worked out by hand."""
+"""The share-group shell (proxy/control/shares.py) with plain objects for ZooKeeper and the
+broker, on trio's virtual clock: which fetched batches are aborted transactions
+(read_committed), a heartbeat for a group the fleet gives another sidecar, a lock expiring
+and a session timing out in milliseconds of real time. Expected values are worked out by
+hand."""
 
 from __future__ import annotations
 
+import struct
+import uuid
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import trio
+import trio.testing
 from prometheus_client import CollectorRegistry
 
 from coordinator.messages.common import Client
-from coordinator.share_group import ShareGroupHeartbeatRequest
+from coordinator.share_group import ShareGroupHeartbeatRequest, ShareGroupSettings
+from coordinator.share_group_record import decode_group
+from coordinator.share_records import ShareSettings
+from coordinator.share_state import ShareState, decode_state
+from coordinator.share_store import share_partition_path, share_registry_path
+from coordinator.topics import TopicInfo
 from protocol.errors import ErrorCode
+from proxy.control.share_reader import FetchedPartition
 from proxy.control.shares import ShareService, _aborted_ranges
+from tests.bench.kafka import record_batch
 
 
 @dataclass(frozen=True)
@@ -61,3 +73,153 @@ async def test_an_invalid_heartbeat_is_answered_before_any_io() -> None:
         answer = await shares.heartbeat(ShareGroupHeartbeatRequest(
             group_id="", member_id="m1", member_epoch=0, subscribed_topic_names=("t",)), Client())
     assert answer.error == ErrorCode.INVALID_REQUEST and answer.error_message == "GroupId can't be empty."
+
+
+# -- the service on trio's virtual clock: lock expiry and session timeout ------------------------
+
+TOPIC = uuid.UUID(int=42)
+LOG = 10  # records 0..9 in the fake log, one batch each
+
+
+def batch_at(offset: int) -> bytes:
+    """A one-record v2 batch at ``offset`` (kafka-python's builder; the base offset is not
+    covered by the CRC, so it is set afterwards)."""
+    raw = bytearray(record_batch(1, 10))
+    struct.pack_into(">q", raw, 0, offset)
+    return bytes(raw)
+
+
+class FakeZooKeeper:
+    """``ZooKeeper.call`` without a thread: the store below does no I/O."""
+
+    client = None
+
+    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+
+class MemoryStore:
+    """:class:`coordinator.share_store.ShareStore`'s interface over a dict of znodes."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, bytes] = {}
+        self.transactions = 0
+
+    def group_ids(self) -> list[str]:
+        return []
+
+    def load_group(self, group_id: str) -> Any:
+        data = self.nodes.get(share_registry_path(group_id))
+        return None if data is None else decode_group(data)
+
+    def load_partitions(self, group_id: str) -> dict[tuple[uuid.UUID, int], ShareState]:
+        return {}
+
+    def load_partition(self, group_id: str, topic_id: uuid.UUID, partition: int) -> ShareState | None:
+        data = self.nodes.get(share_partition_path(group_id, topic_id, partition))
+        return None if data is None else decode_state(data)
+
+    def write(self, nodes: dict[str, bytes | None]) -> None:
+        for path, data in nodes.items():
+            if data is None:
+                self.nodes = {p: d for p, d in self.nodes.items() if p != path and not p.startswith(path + "/")}
+            else:
+                self.nodes[path] = data
+        self.transactions += 1
+
+
+class FakeReader:
+    """The broker: ``LOG`` records on partition 0 of topic ``t``; a fetch past them waits."""
+
+    async def fetch(self, positions: Any, *, max_wait_ms: int, max_bytes: int, read_committed: bool) -> Any:
+        (position,) = positions
+        if position.offset >= LOG:
+            await trio.sleep(max_wait_ms / 1000)
+        records = b"".join(batch_at(o) for o in range(position.offset, LOG))
+        return {("t", 0): FetchedPartition(error_code=0, high_watermark=LOG, last_stable_offset=LOG,
+                                           log_start_offset=0, aborted=(), records=records)}
+
+    async def list_offsets(self, wanted: Any, *, read_committed: bool) -> Any:
+        return {key: (0, 0 if timestamp == -2 else LOG) for key, timestamp in wanted.items()}
+
+
+class FakeTopics:
+    async def topics(self, names: set[str] | None) -> list[TopicInfo]:
+        return [TopicInfo(name="t", topic_id=TOPIC, partitions=1)]
+
+
+class EarliestConfigs:
+    def effective(self, group_id: str) -> Any:
+        return SimpleNamespace(share_record_lock_duration_ms=LOCK_MS, share_auto_offset_reset="earliest",
+                               share_isolation_level="read_uncommitted", share_session_timeout_ms=SESSION_MS,
+                               share_heartbeat_interval_ms=1000)
+
+
+LOCK_MS, SESSION_MS = 1_000, 5_000
+
+
+def fetch_body(member: str, epoch: int, acks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"GroupId": "g", "MemberId": member, "ShareSessionEpoch": epoch, "MaxWaitMs": 100, "MinBytes": 1,
+            "MaxBytes": 1 << 20, "MaxRecords": 500, "BatchSize": 500, "Topics": [
+                {"TopicId": TOPIC, "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": acks or []}]}],
+            "ForgottenTopicsData": []}
+
+
+def acquired(answer: dict[str, Any]) -> list[tuple[int, int, int]]:
+    return [(r["FirstOffset"], r["LastOffset"], r["DeliveryCount"])
+            for t in answer["Responses"] for p in t["Partitions"] for r in p["AcquiredRecords"]]
+
+
+def virtual_service(store: MemoryStore) -> ShareService:
+    return ShareService(FakeZooKeeper(), FakeReader(), FakeTopics(), CollectorRegistry(),  # type: ignore[arg-type]
+                        group_settings=ShareGroupSettings(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=1000,
+                                                          assignment_interval_ms=0),
+                        share_settings=ShareSettings(record_lock_duration_ms=LOCK_MS), group_configs=EarliestConfigs(),
+                        clock=lambda: int(trio.current_time() * 1000), store=store)  # type: ignore[arg-type]
+
+
+async def test_a_lock_expires_on_the_virtual_clock_and_the_records_go_to_the_next_member(
+        autojump_clock: trio.testing.MockClock) -> None:
+    store = MemoryStore()
+    shares = virtual_service(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(shares.serve)
+        first = await shares.share_fetch(2, fetch_body("m1", 0), connection="c1")
+        assert acquired(first) == [(0, LOG - 1, 1)]  # new records: one in-flight batch (BatchSize 500)
+        # m2 finds nothing to acquire while m1 holds everything (it waits out its MaxWaitMs).
+        began = trio.current_time()
+        assert acquired(await shares.share_fetch(2, fetch_body("m2", 0), connection="c2")) == []
+        assert trio.current_time() - began >= 0.1
+        await trio.sleep(LOCK_MS / 1000 + 0.01 - (trio.current_time() - began))  # m1's lock expires
+        second = await shares.share_fetch(2, fetch_body("m2", 1), connection="c2")
+        assert acquired(second) == [(0, LOG - 1, 2)]
+        # m2 accepts 0-4: answered once durable, the start offset moved to 5.
+        acks = [{"FirstOffset": 0, "LastOffset": 4, "AcknowledgeTypes": [1]}]
+        third = await shares.share_fetch(2, fetch_body("m2", 2, acks), connection="c2")
+        assert [p["AcknowledgeErrorCode"] for t in third["Responses"] for p in t["Partitions"]] == [0]
+        state = decode_state(store.nodes[share_partition_path("g", TOPIC, 0)])
+        assert state.start_offset == 5
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_member_fenced_by_its_session_timeout_lets_go_of_its_records(
+        autojump_clock: trio.testing.MockClock) -> None:
+    store = MemoryStore()
+    shares = ShareService(FakeZooKeeper(), FakeReader(), FakeTopics(), CollectorRegistry(),  # type: ignore[arg-type]
+                          group_settings=ShareGroupSettings(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=1000,
+                                                            assignment_interval_ms=0),
+                          share_settings=ShareSettings(record_lock_duration_ms=60_000),
+                          group_configs=EarliestConfigs(),
+                          clock=lambda: int(trio.current_time() * 1000), store=store)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(shares.serve)
+        joined = await shares.heartbeat(ShareGroupHeartbeatRequest(
+            group_id="g", member_id="m1", member_epoch=0, subscribed_topic_names=("t",)), Client())
+        assert joined.error == ErrorCode.NONE and joined.member_epoch >= 1
+        assert acquired(await shares.share_fetch(2, fetch_body("m1", 0), connection="c1")) == [(0, LOG - 1, 1)]
+        await trio.sleep(SESSION_MS / 1000 + 0.1)  # m1 never heartbeats again: fenced
+        assert "m1" not in shares.core.groups["g"].members
+        # Its records went back at once, not after their 60 s lock: m2 gets them, second delivery.
+        assert acquired(await shares.share_fetch(2, fetch_body("m2", 0), connection="c2")) == [(0, LOG - 1, 2)]
+        assert trio.current_time() < 10
+        nursery.cancel_scope.cancel()
