@@ -194,6 +194,9 @@ def choose_bootstrap(
             # a command config): on loopback the anonymous principal may update features.
             "super.users": ANONYMOUS,
             "group.initial.rebalance.delay.ms": "500",
+            # A share group's members get their partitions at their next heartbeat after the
+            # group's share-partitions are initialized (Kafka's 5 s is long for a demo).
+            "group.share.heartbeat.interval.ms": "500",
             "tag.demo": "true",
             "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
             # The audit trail (KIP-388): Parquet under <work dir>/audit, flushed on stop; the

@@ -29,7 +29,8 @@ from proxy.tools.rig.zookeeper import ZooKeeperServer
 from tests.proxy.conftest import StartSidecar, sidecar_keys
 from tests.proxy.test_features import UPDATE, update
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("client-groups")]
+# One worker runs these one after another (docs/testing.md), apart from the consumer groups'.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("share-groups")]
 
 PARTITIONS = 3
 RECORDS = 300
@@ -39,7 +40,8 @@ async def share_sidecar(start_sidecar: StartSidecar, tansu: TansuServer, zookeep
                         zk_path: str, **keys: str) -> tuple[Sidecar, str]:
     sidecar = await start_sidecar(sidecar_keys(
         tansu.bootstrap, zookeeper_connect=zookeeper.connect_string(zk_path), sidecar_coordinator="embedded",
-        sidecar_coordinator_metadata_refresh_ms="500", super_users="User:ANONYMOUS", **keys))
+        sidecar_coordinator_metadata_refresh_ms="500", super_users="User:ANONYMOUS",
+        group_share_heartbeat_interval_ms="500", **keys))
     answer = await trio.to_thread.run_sync(update, sidecar, 2, ("share.version", 1, UPDATE))
     assert answer.ErrorCode == 0, answer
     return sidecar, f"127.0.0.1:{sidecar.bound['PLAINTEXT'].port}"
@@ -270,7 +272,8 @@ def test_acknowledged_records_survive_a_killed_sidecar(
     client.stop()
     client.close()
     keys = {"zookeeper.connect": zookeeper.connect_string(zk_path), "sidecar.coordinator": "embedded",
-            "super.users": "User:ANONYMOUS", "zookeeper.session.timeout.ms": "4000"}
+            "super.users": "User:ANONYMOUS", "zookeeper.session.timeout.ms": "4000",
+            "group.share.heartbeat.interval.ms": "500"}
     first = start_process(tmp_path, tansu.bootstrap, name="sidecar-share-1", keys=keys)
     topic, group = f"durable-{zk_path[-8:]}", f"sg-{zk_path[-8:]}"
     records = 60

@@ -262,7 +262,7 @@ async def wait_for(predicate: Callable[[], bool], seconds: float) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.xdist_group("client-groups")
+@pytest.mark.xdist_group("share-groups")
 async def test_share_groups_command_through_an_embedded_sidecar(
         start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str,
         capsys: pytest.CaptureFixture[str]) -> None:

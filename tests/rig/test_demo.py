@@ -52,17 +52,22 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     # ksidecar.audit.format was finalized at 1 over the wire before any traffic: the
     # demo's rows are schema version 3 and name confluent-kafka's client software; at most
     # the UpdateFeatures request itself was recorded before the switch (version 2).
-    assert result.audit_format == "ksidecar.audit.format was upgraded to 1."
+    assert result.audit_format == "ksidecar.audit.format was upgraded to 1.; share.version was upgraded to 1."
+    # Two ShareConsumers read the topic as a queue: every record once between them.
+    assert "2 ShareConsumers read 200 of 200 records as a queue" in result.queue
+    assert result.queue.endswith(", 0 twice, 0 missing")
     assert set(result.audit_versions) <= {"2", "3"} and result.audit_versions.get("2", 0) <= 1
     assert result.audit_versions["3"] + result.audit_versions.get("2", 0) == result.audit_rows
     assert "confluent-kafka-python" in result.client_software
-    assert "ksidecar.audit.format finalized at 1" in summary(result)
+    assert "ksidecar.audit.format and share.version finalized at 1" in summary(result)
     assert "result     OK" in summary(result)
-    # The audit report accounts for every record, by principal: the anonymous producer and
-    # the SCRAM consumer (at least once: a consumer may fetch a record again).
+    # The audit report accounts for every record, by principal: the anonymous producer, the
+    # SCRAM consumer (at least once: a consumer may fetch a record again) and the anonymous
+    # share group's members (ShareFetch rows: each record once, nothing was redelivered).
     assert result.audited_in == {"User:ANONYMOUS": 200}
     assert result.audited_out.get("User:demo-reader", 0) >= 200
-    assert set(result.audited_out) == {"User:demo-reader"}
+    assert result.audited_out.get("User:ANONYMOUS") == 200
+    assert set(result.audited_out) == {"User:demo-reader", "User:ANONYMOUS"}
     page = Path(result.report)
     assert page.name == "index.html" and page.is_relative_to(tmp_path)
     assert 'id="chart-' in page.read_text()
@@ -70,8 +75,8 @@ def test_demo_moves_every_record_and_stops_its_components(tmp_path: Path) -> Non
     assert result.inventory[result.topic] == 2 and result.inventory[result.idle_topic] == 1
     assert result.idle_topic in result.unused and result.topic not in result.unused
     # The group's JoinGroup and SyncGroup are long polls, not SLO breaches.
-    assert "JoinGroup" in result.long_polls and "Fetch" in result.long_polls
-    assert not {"JoinGroup", "SyncGroup"} & set(result.slo_breaches)
+    assert "JoinGroup" in result.long_polls and "Fetch" in result.long_polls and "ShareFetch" in result.long_polls
+    assert not {"JoinGroup", "SyncGroup", "ShareFetch"} & set(result.slo_breaches)
     # The page opens in a real browser, offline, without an error (screenshots beside it).
     from tests.spark_jobs.browser import chromium, launch, load
 
@@ -112,6 +117,10 @@ def test_demo_in_the_deployed_shape_a_sidecar_per_broker(tmp_path: Path) -> None
     # The audit of three sidecars, one report: every record by principal, topics by name.
     assert result.audited_in == {"User:ANONYMOUS": 150}
     assert result.audited_out.get("User:demo-reader", 0) >= 150
+    # The share group read through the three leaders' sidecars, every record once.
+    assert "2 ShareConsumers read 150 of 150 records as a queue" in result.queue
+    assert result.queue.endswith(", 0 twice, 0 missing")
+    assert result.audited_out.get("User:ANONYMOUS") == 150
     assert result.idle_topic in result.unused and result.inventory[result.topic] == 3
     for address in (*result.bootstrap.split(","), *result.broker.split(",")):
         host, port = address.rsplit(":", 1)

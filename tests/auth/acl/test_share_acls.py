@@ -63,7 +63,8 @@ def share_read(bootstrap: str, user: str, topic: str, group: str, seconds: float
 
 async def test_group_read_decides_who_is_served(sasl_sidecar: StartSasl, tansu: TansuServer) -> None:
     group = new_group()
-    rig = await sasl_sidecar(sidecar_authorizer="acls", sidecar_coordinator="embedded")
+    rig = await sasl_sidecar(sidecar_authorizer="acls", sidecar_coordinator="embedded",
+                             group_share_heartbeat_interval_ms="500")
     sidecar = rig.sidecar
     assert sidecar.acls is not None and sidecar.features is not None and sidecar.group_configs is not None
     outcome = await sidecar.features.update([FeatureUpdate(feature="share.version", level=1)], validate_only=False)
@@ -78,7 +79,7 @@ async def test_group_read_decides_who_is_served(sasl_sidecar: StartSasl, tansu: 
     assert result.error_code == 0, result
     await trio.to_thread.run_sync(produce_as_broker, tansu, topic)
     with trio.fail_after(90):
-        bob: Any = await trio.to_thread.run_sync(share_read, rig.bootstrap, "bob", topic, group, 6.0)
+        bob: Any = await trio.to_thread.run_sync(share_read, rig.bootstrap, "bob", topic, group, 3.0)
         alice: Any = await trio.to_thread.run_sync(share_read, rig.bootstrap, "alice", topic, group, 30.0)
     assert bob[0] == [], bob
     assert "GROUP_AUTHORIZATION_FAILED" in bob[1], bob
