@@ -24,7 +24,9 @@ from coordinator.messages.admin import (
     KEY_TYPE_GROUP,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DescribedGroup,
     DescribeGroupsRequest,
+    DescribeGroupsResponse,
     FindCoordinatorRequest,
     ListGroupsRequest,
 )
@@ -190,7 +192,7 @@ def handler(call_for: CallFor, api: str) -> Handler:
         if refusal is not None:
             return Respond(body=refusal)
         shares = context.ports.shares
-        if shares is not None and request.api_key in (LIST_GROUPS, DELETE_GROUPS):
+        if shares is not None and request.api_key in (LIST_GROUPS, DELETE_GROUPS, DESCRIBE_GROUPS):
             return _with_share_groups(request, context, shares, api)
         call = call_for(request, context)
         outcome = _port(context).run(call, api, call.group_ids)
@@ -208,8 +210,10 @@ def handler(call_for: CallFor, api: str) -> Handler:
 
 
 def _with_share_groups(request: LocalRequest, context: Context, shares: SharePort, api: str) -> Answer:
-    """ListGroups and DeleteGroups over every group type: the core's groups and the share
-    groups (:mod:`proxy.local.shares`)."""
+    """ListGroups, DescribeGroups and DeleteGroups over every group type: the core's groups
+    and the share groups (:mod:`proxy.local.shares`). DescribeGroups describes classic groups
+    only: a share group is GROUP_ID_NOT_FOUND "is not a classic group" (``Dead`` before v6),
+    as Kafka 4.3 answers."""
     version = request.version
     port = _port(context)
 
@@ -225,6 +229,18 @@ def _with_share_groups(request: LocalRequest, context: Context, shares: SharePor
             return Respond(body=(await shares_api.list_groups(shares, req, answer)).to_wire(version))
 
         return Later(answer=listed)
+    if request.api_key == DESCRIBE_GROUPS:
+        describe = DescribeGroupsRequest.from_wire(version, _body(request))
+
+        async def described() -> Respond:
+            answer = await core_answer(CoreCall(describe.groups, lambda core, now: core.describe_groups(describe)))
+            ours = await shares_api.share_group_ids(shares, describe.groups)
+            groups = tuple(DescribedGroup(group_id=g.group_id, error=Code.GROUP_ID_NOT_FOUND,
+                                          error_message=f"Group {g.group_id} is not a classic group.")
+                           if g.group_id in ours else g for g in answer.groups)
+            return Respond(body=DescribeGroupsResponse(groups=groups).to_wire(version))
+
+        return Later(answer=described)
     delete = DeleteGroupsRequest.from_wire(version, _body(request))
 
     async def deleted() -> Respond:

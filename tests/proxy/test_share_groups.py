@@ -171,6 +171,21 @@ async def test_three_members_read_every_record_exactly_once(
     assert metric(sidecar, "ksidecar_share_group_members", group) == 0
     assert metric(sidecar, "ksidecar_share_records_redelivered_total", group) == 0
     assert metric(sidecar, "ksidecar_share_records_acquired", group) == 0
+    # The group APIs every group type shares: listed as a share group, not a classic one.
+    from proxy.tools.admin_client import AdminClient
+
+    def ask() -> tuple[Any, Any, Any]:
+        with AdminClient(bootstrap) as admin:
+            listed = admin.call(16, 5, {"StatesFilter": [], "TypesFilter": ["share"]})
+            v6 = admin.call(15, 6, {"Groups": [group], "IncludeAuthorizedOperations": False})
+            v5 = admin.call(15, 5, {"Groups": [group], "IncludeAuthorizedOperations": False})
+        return listed, v6, v5
+
+    listed, v6, v5 = await trio.to_thread.run_sync(ask)
+    assert [(g.GroupId, g.GroupState, g.GroupType, g.ProtocolType) for g in listed.Groups] == [
+        (group, "Empty", "share", "share")]
+    assert [(g.ErrorCode, g.ErrorMessage) for g in v6.Groups] == [(69, f"Group {group} is not a classic group.")]
+    assert [(g.ErrorCode, g.GroupState) for g in v5.Groups] == [(0, "Dead")]
 
 
 async def test_explicit_release_comes_back_and_reject_never_does(
