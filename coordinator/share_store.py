@@ -87,6 +87,10 @@ class ShareStore:
         #: Transactions committed (for tests and the sizing guide).
         self.transactions = 0
 
+    def version_of(self, path: str) -> int | None:
+        """The znode version this store last read or wrote at ``path`` (``None``: none)."""
+        return self._versions.get(path)
+
     def group_ids(self) -> list[str]:
         """Every share group with a znode."""
         if self.client.exists(self.root) is None:

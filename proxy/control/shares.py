@@ -179,6 +179,9 @@ class ShareService:
         #: was given up (another sidecar wrote it: a conflict).
         self._paths: dict[str, PartitionKey] = {}
         self._failed: dict[str, int] = {}
+        #: Share-partitions whose znode is watched, and the paths of the write in flight.
+        self._watched: set[PartitionKey] = set()
+        self._writing: frozenset[str] = frozenset()
         self._timer_changed = trio.Event()
         self._refresh_now = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -204,6 +207,7 @@ class ShareService:
             self._queued_event = trio.Event()
             batch, count = self._queued, self._queued_count
             self._queued = {}
+            self._writing = frozenset(batch)
             try:
                 await self.zk.call(self.store.write, batch)
             except ShareStoreConflict as exc:
@@ -227,6 +231,8 @@ class ShareService:
                 await trio.sleep(WRITE_RETRY)
                 self._queued_event.set()
                 continue
+            finally:
+                self._writing = frozenset()
             self._durable_count = count
             self._durable_event.set()
             self._durable_event = trio.Event()
@@ -452,7 +458,35 @@ class ShareService:
             served = self.partitions[key] = _Served(topic_name=topic_name, state=partition)
             if state is None or state.start_offset < 0:
                 await self._durable(self._queue_partition(key))
+            self._watch(key)
             return served
+
+    def _watch(self, key: PartitionKey) -> None:
+        """Watch the share-partition's znode: when another sidecar writes it (its leader
+        moved here and back, or a fleet shares one broker), this one forgets what it holds in
+        memory and reads the state again at the next request, instead of finding out at its
+        next write."""
+        client = self.zk.client
+        if client is None or key in self._watched:
+            return
+        self._watched.add(key)
+        path = share_partition_path(*key)
+
+        def changed(_data: bytes | None, stat: Any) -> None:
+            if key not in self.partitions or path in self._writing:
+                return
+            known = self.store.version_of(path)
+            if stat is None or (known is not None and stat.version != known):
+                log.info("share groups: %s changed in ZooKeeper (written elsewhere); reading it again", path)
+                self.partitions.pop(key, None)
+                self._let_go()
+
+        deliver = self.zk.deliver(changed)
+
+        def watch(data: bytes | None, stat: Any) -> bool:  # on kazoo's thread
+            return bool(deliver(data, stat))
+
+        client.DataWatch(path, watch)
 
     async def _start_offset(self, group_id: str, topic: str, partition: int) -> int:
         """Where a share-partition without state starts (``share.auto.offset.reset``)."""

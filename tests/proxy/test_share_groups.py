@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import trio
 
+from coordinator.group_configs import AlterOp, ConfigOp
 from proxy.control.server import Sidecar
 from proxy.tools.rig.tansu import TansuServer
 from proxy.tools.rig.zookeeper import ZooKeeperServer
@@ -37,13 +39,14 @@ RECORDS = 300
 
 
 async def share_sidecar(start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer,
-                        zk_path: str, **keys: str) -> tuple[Sidecar, str]:
+                        zk_path: str, *, enable: bool = True, **keys: str) -> tuple[Sidecar, str]:
     sidecar = await start_sidecar(sidecar_keys(
         tansu.bootstrap, zookeeper_connect=zookeeper.connect_string(zk_path), sidecar_coordinator="embedded",
         sidecar_coordinator_metadata_refresh_ms="500", super_users="User:ANONYMOUS",
         group_share_heartbeat_interval_ms="500", **keys))
-    answer = await trio.to_thread.run_sync(update, sidecar, 2, ("share.version", 1, UPDATE))
-    assert answer.ErrorCode == 0, answer
+    if enable:
+        answer = await trio.to_thread.run_sync(update, sidecar, 2, ("share.version", 1, UPDATE))
+        assert answer.ErrorCode == 0, answer
     return sidecar, f"127.0.0.1:{sidecar.bound['PLAINTEXT'].port}"
 
 
@@ -320,3 +323,74 @@ def test_acknowledged_records_survive_a_killed_sidecar(
     again = {v for v, _, _ in reader.seen}
     assert not again & accepted, f"delivered again after acknowledged: {sorted(again & accepted)[:10]}"
     assert again | accepted == set(range(records)), f"lost: {sorted(set(range(records)) - again - accepted)[:10]}"
+
+
+async def test_a_share_partition_written_by_another_sidecar_is_read_again_not_served_stale(
+        start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str) -> None:
+    """Two sidecars in front of one broker serve the same share-partition in turn (a fleet
+    sharing a broker, or a leader that moved away and back): what one acknowledged, the other
+    never hands out again, because it watches the share-partition's znode and reads the
+    state again once another sidecar wrote it. Raw requests, built by our encoder from values
+    written here."""
+    from proxy.tools.admin_client import AdminClient
+
+    # Sidecars 1 and 2 in front of Tansu (whose own id, 111, neither maps: clients here send
+    # raw requests, and the topic and its records go to Tansu directly).
+    one, first = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path, broker_id="1")
+    _, second = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path, enable=False, broker_id="2")
+    topic, group = f"twice-{zk_path[-8:]}", f"sg-{zk_path[-8:]}"
+    assert one.group_configs is not None
+    result = await one.group_configs.alter(
+        group, [ConfigOp(name="share.auto.offset.reset", operation=AlterOp.SET, value="earliest")], validate_only=False)
+    assert result.error_code == 0, result
+
+    def produce_direct() -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient as ConfluentAdmin
+        from confluent_kafka.admin import NewTopic
+
+        admin = ConfluentAdmin({"bootstrap.servers": tansu.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+        producer = Producer({"bootstrap.servers": tansu.bootstrap})
+        for i in range(10):
+            producer.produce(topic, str(i).encode(), partition=0)
+        assert producer.flush(10) == 0
+
+    await trio.to_thread.run_sync(produce_direct)
+
+    def call(address: str, key: int, version: int, body: dict[str, Any]) -> Any:
+        with AdminClient(address) as admin:
+            return admin.call(key, version, body)
+
+    metadata = await trio.to_thread.run_sync(call, tansu.bootstrap, 3, 12, {
+        "Topics": [{"TopicId": uuid.UUID(int=0), "Name": topic}], "AllowAutoTopicCreation": False,
+        "IncludeTopicAuthorizedOperations": False})
+    topic_id = metadata.Topics[0].TopicId
+
+    def fetch(address: str, member: str) -> list[tuple[int, int, int]]:
+        answer = call(address, 78, 1, {
+            "GroupId": group, "MemberId": member, "ShareSessionEpoch": 0, "MaxWaitMs": 200, "MinBytes": 1,
+            "MaxBytes": 1 << 20, "MaxRecords": 100, "BatchSize": 100, "ForgottenTopicsData": [],
+            "Topics": [{"TopicId": topic_id, "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": []}]}]})
+        assert answer.ErrorCode == 0, answer
+        return [(r.FirstOffset, r.LastOffset, r.DeliveryCount) for t in answer.Responses for p in t.Partitions
+                for r in p.AcquiredRecords]
+
+    def acknowledge(address: str, member: str, kind: int) -> int:
+        answer = call(address, 79, 1, {
+            "GroupId": group, "MemberId": member, "ShareSessionEpoch": -1, "Topics": [
+                {"TopicId": topic_id, "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": [
+                    {"FirstOffset": 0, "LastOffset": 9, "AcknowledgeTypes": [kind]}]}]}]})
+        return int(answer.ErrorCode) or int(answer.Responses[0].Partitions[0].ErrorCode)
+
+    # A fresh connection per call: the session opened with epoch 0 ends with epoch -1 on the next.
+    assert await trio.to_thread.run_sync(fetch, first, "m1") == [(0, 9, 1)]
+    assert await trio.to_thread.run_sync(acknowledge, first, "m1", 2) == 0  # RELEASE: available again
+    assert await trio.to_thread.run_sync(fetch, second, "m2") == [(0, 9, 2)]
+    assert await trio.to_thread.run_sync(acknowledge, second, "m2", 1) == 0  # ACCEPT, through the other sidecar
+    shares = one.shares
+    assert shares is not None
+    with trio.fail_after(5):
+        while any(key[0] == group for key in shares.partitions):
+            await trio.sleep(0.02)  # the watch tells the first sidecar its copy is stale
+    assert await trio.to_thread.run_sync(fetch, first, "m3") == []
