@@ -123,6 +123,10 @@ class Context:
     client_software: tuple[str, str] | None = None
     #: Facts a local API keeps per connection (bounded by the APIs that use it).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Called once when the client connection ends (a share session ends with it); a
+    #: context made for a request another process sent (``sidecar.workers``) has no
+    #: connection, and its callbacks are never called.
+    closing: list[Callable[[], None]] = field(default_factory=list)
 
 
 class Handler(Protocol):

@@ -297,6 +297,10 @@ class SharePort(Protocol):
         """ShareAcknowledge's answer body."""
         ...
 
+    def connection_closed(self, connection: object) -> None:
+        """A client connection ended: its share sessions end, their records go back."""
+        ...
+
     async def describe_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
         """DescribeShareGroupOffsets' answer body."""
         ...

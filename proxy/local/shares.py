@@ -43,6 +43,10 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 
+#: ``Context.extra`` key: this connection's end is already hooked.
+_SESSIONS_HERE = "share_sessions"
+
+
 def _port(context: Context) -> SharePort:
     shares = context.ports.shares
     assert shares is not None, "share APIs are in the table only when the coordinator is embedded"
@@ -113,6 +117,11 @@ def _fetch(request: LocalRequest, context: Context) -> Answer:
     port = _port(context)
     connection = (context.listener, context.peer)
     version = request.version
+    if not context.extra.get(_SESSIONS_HERE):
+        # The connection's share sessions end with it, and their members' records go back
+        # (Kafka's ShareSessionCache does the same when a client disconnects).
+        context.extra[_SESSIONS_HERE] = True
+        context.closing.append(lambda: port.connection_closed(connection))
 
     async def answer() -> Respond:
         return Respond(body=await port.share_fetch(version, body, connection))
