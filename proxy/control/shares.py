@@ -441,6 +441,7 @@ class ShareService:
         """The share-partition, loaded (and placed by ``share.auto.offset.reset``) if need be."""
         served = self.partitions.get(key)
         if served is not None and served.state is not None:
+            served.state.settings = self._settings(key[0])  # a group config changed: from now on
             return served
         async with self._lock(key):
             served = self.partitions.get(key)
