@@ -607,6 +607,21 @@ class ShareGroupCoordinator:
                          writes=((group.group_id, group.to_record()),),
                          departed=(MemberDeparted(group_id=group.group_id, member_id=req.member_id, reason="left"),))
 
+    def fence_all(self, reason: str) -> ShareStep:
+        """Fence every member of every group (``share.version`` turned off): each group's
+        record is written without them and each member is reported departed, so the shell
+        lets go of their records; a member that comes back joins anew (epoch 0)."""
+        writes: list[tuple[str, ShareGroupRecord]] = []
+        departed: list[MemberDeparted] = []
+        for group in self.groups.values():
+            if not group.members:
+                continue
+            for member_id in list(group.members):
+                self._fence(group, member_id)
+                departed.append(MemberDeparted(group_id=group.group_id, member_id=member_id, reason=reason))
+            writes.append((group.group_id, group.to_record()))
+        return ShareStep(writes=tuple(writes), departed=tuple(departed))
+
     def _fence(self, group: ShareGroup, member_id: str) -> None:
         """``shareGroupFenceMember``: the member and its target go, the group epoch is bumped
         (the metadata recomputed without the member); the next heartbeat assigns anew."""

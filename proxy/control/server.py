@@ -248,6 +248,7 @@ class Sidecar:
                     max_record_locks=config["group.share.partition.max.record.locks"]),
                 max_sessions=config["group.share.max.share.sessions"],
                 coordinates=groups.coordinates,
+                enabled=lambda: self.feature_level("share.version") >= 1,
                 group_configs=self.group_configs, foreign_group=lambda group_id: group_id in groups.core.ctx.groups,
                 node_id=lambda: self.identity.broker_id,
                 refresh_interval=config["sidecar.coordinator.metadata.refresh.ms"] / 1000)

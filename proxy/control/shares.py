@@ -93,6 +93,8 @@ PartitionKey = tuple[str, UUID, int]
 WRITE_RETRY = 0.5
 #: The most a ShareFetch waits, whatever its ``MaxWaitMs`` says (seconds).
 MAX_WAIT = 30.0
+#: How often ``share.version`` is looked at (seconds).
+FEATURE_CHECK = 1.0
 #: Fetch errors that say the broker does not lead the partition (any more).
 MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.LEADER_NOT_AVAILABLE})
@@ -149,7 +151,7 @@ class ShareService:
                  clock: Callable[[], int] = wall_ms, node_id: Callable[[], int] = lambda: -1,
                  refresh_interval: float = 10.0, max_sessions: int = 2000,
                  coordinates: Callable[[str], bool] = lambda _group_id: True,
-                 store: ShareStore | None = None) -> None:
+                 store: ShareStore | None = None, enabled: Callable[[], bool] = lambda: True) -> None:
         self.zk = zk
         self.reader = reader
         self.topic_source = topics
@@ -158,6 +160,9 @@ class ShareService:
         self.refresh_interval = refresh_interval
         #: Whether the fleet's placement names this sidecar the group's coordinator.
         self.coordinates = coordinates
+        #: Whether ``share.version`` is finalized at 1 or more (read every second).
+        self.enabled = enabled
+        self.max_sessions = max_sessions
         self.core = ShareGroupCoordinator(group_settings or ShareGroupSettings(),
                                           foreign_group=foreign_group or (lambda _group_id: False))
         self.share_settings = share_settings or ShareSettings()
@@ -199,6 +204,7 @@ class ShareService:
             nursery.start_soon(self._writer)
             nursery.start_soon(self._timers)
             nursery.start_soon(self._refresh_topics)
+            nursery.start_soon(self._watch_feature)
             task_status.started()
 
     async def _writer(self) -> None:
@@ -274,6 +280,21 @@ class ShareService:
                     self._queue_partition(key)
                     self._let_go()
         self._apply(self.core.on_timer(now))
+
+    async def _watch_feature(self) -> None:
+        """``share.version`` turned off: every member is fenced, every share session ends and
+        the records they held go back (the share APIs are refused from then on)."""
+        was = self.enabled()
+        while True:
+            await trio.sleep(FEATURE_CHECK)
+            now = self.enabled()
+            if was and not now:
+                step = self.core.fence_all("share.version disabled")
+                log.warning("share groups: share.version is off: %d member(s) fenced, %d share session(s) ended",
+                            len(step.departed), len(self.sessions))
+                self._apply(step)
+                self.sessions = ShareSessions(self.max_sessions)
+            was = now
 
     async def _refresh_topics(self) -> None:
         while True:

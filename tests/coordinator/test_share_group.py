@@ -654,3 +654,23 @@ def test_malformed_durable_forms(change: Any, message: str) -> None:
 def test_unreadable_durable_forms(raw: bytes, message: str) -> None:
     with pytest.raises(MalformedShareGroup, match=message):
         decode_group(raw)
+
+
+def test_fence_all_removes_every_member_and_reports_them() -> None:
+    # share.version turned off: every member of every group is fenced at once (the group
+    # epoch bumped once per member, as a session timeout fences one), the groups are written
+    # without them, and a heartbeat of a fenced member is UNKNOWN_MEMBER_ID.
+    c = coordinator(("orders", FOO, 3))
+    hb(c, "m1", 0, T0, ("orders",))
+    hb(c, "m2", 0, T0, ("orders",))
+    hb(c, "n1", 0, T0, ("orders",), group="h")
+    before = {g: c.groups[g].group_epoch for g in ("g", "h")}
+    step = c.fence_all("share.version disabled")
+    assert sorted((d.group_id, d.member_id, d.reason) for d in step.departed) == [
+        ("g", "m1", "share.version disabled"), ("g", "m2", "share.version disabled"),
+        ("h", "n1", "share.version disabled")]
+    assert {g: r.group_epoch for g, r in step.writes} == {"g": before["g"] + 2, "h": before["h"] + 1}
+    assert all(not r.members for _, r in step.writes)
+    assert c.next_deadline() is None  # no session timers left
+    assert error(hb(c, "m1", 2, T0 + 10))[0] is Code.UNKNOWN_MEMBER_ID
+    assert c.fence_all("again").departed == ()  # nothing left to fence

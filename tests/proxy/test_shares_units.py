@@ -223,3 +223,26 @@ async def test_a_member_fenced_by_its_session_timeout_lets_go_of_its_records(
         assert acquired(await shares.share_fetch(2, fetch_body("m2", 0), connection="c2")) == [(0, LOG - 1, 2)]
         assert trio.current_time() < 10
         nursery.cancel_scope.cancel()
+
+
+async def test_share_version_turned_off_fences_every_member_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    store = MemoryStore()
+    switch = {"on": True}
+    shares = ShareService(FakeZooKeeper(), FakeReader(), FakeTopics(), CollectorRegistry(),  # type: ignore[arg-type]
+                          group_settings=ShareGroupSettings(session_timeout_ms=60_000, heartbeat_interval_ms=1000,
+                                                            assignment_interval_ms=0),
+                          share_settings=ShareSettings(record_lock_duration_ms=60_000),
+                          group_configs=EarliestConfigs(), clock=lambda: int(trio.current_time() * 1000),
+                          store=store, enabled=lambda: switch["on"])  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(shares.serve)
+        await shares.heartbeat(ShareGroupHeartbeatRequest(
+            group_id="g", member_id="m1", member_epoch=0, subscribed_topic_names=("t",)), Client())
+        assert acquired(await shares.share_fetch(2, fetch_body("m1", 0), connection="c1")) == [(0, LOG - 1, 1)]
+        switch["on"] = False
+        await trio.sleep(1.5)  # the next look at the feature, well within a second and a half
+        assert not shares.core.groups["g"].members and len(shares.sessions) == 0
+        assert decode_group(store.nodes[share_registry_path("g")]).members == ()
+        # What m1 held is available again at once (its 60 s lock did not have to pass).
+        assert acquired(await shares.share_fetch(2, fetch_body("m2", 0), connection="c2")) == [(0, LOG - 1, 2)]
+        nursery.cancel_scope.cancel()
