@@ -24,6 +24,7 @@ from uuid import UUID
 from coordinator.paths import escape, unescape
 from coordinator.share_group_record import ShareGroupRecord, decode_group
 from coordinator.share_state import ShareState, decode_state
+from coordinator.store import KnownZnodes
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -74,7 +75,7 @@ def share_partition_path(group_id: str, topic_id: UUID, partition: int, root: st
     return f"{share_group_path(group_id, root)}/{PARTITIONS}/{kafka_uuid(topic_id)}:{int(partition)}"
 
 
-class ShareStore:
+class ShareStore(KnownZnodes):
     """Share groups and share-partitions in ZooKeeper (blocking kazoo calls)."""
 
     def __init__(self, client: KazooClient, *, root: str = SHARE_ROOT) -> None:
@@ -188,20 +189,3 @@ class ShareStore:
             self._known.add(path)
             if f"/{PARTITIONS}/" in path:
                 self._versions[path] = 0 if kind == "create" else result.version
-
-    def _exists(self, path: str) -> bool:
-        if path in self._known:
-            return True
-        if self.client.exists(path) is not None:
-            self._known.add(path)
-            return True
-        return False
-
-    def _tree(self, path: str) -> list[str]:
-        if not self._exists(path):
-            return []
-        out: list[str] = []
-        for child in self.client.get_children(path):
-            out += self._tree(f"{path}/{child}")
-        out.append(path)
-        return out

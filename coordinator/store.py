@@ -51,7 +51,33 @@ class StoreError(Exception):
     """A batch could not be written; nothing of the failed transaction is visible."""
 
 
-class GroupStore:
+class KnownZnodes:
+    """What a store knows exists in ZooKeeper: a znode is asked about only until it is
+    seen (``_known``; cleared when a transaction fails, to learn again)."""
+
+    client: KazooClient
+    _known: set[str]
+
+    def _exists(self, path: str) -> bool:
+        if path in self._known:
+            return True
+        if self.client.exists(path) is not None:
+            self._known.add(path)
+            return True
+        return False
+
+    def _tree(self, path: str) -> list[str]:
+        """``path`` and everything under it, deepest first (empty if it does not exist)."""
+        if not self._exists(path):
+            return []
+        out: list[str] = []
+        for child in self.client.get_children(path):
+            out += self._tree(f"{path}/{child}")
+        out.append(path)
+        return out
+
+
+class GroupStore(KnownZnodes):
     """Offsets and group records of one coordinator in ZooKeeper."""
 
     def __init__(self, client: KazooClient, *, root: str = ROOT,
@@ -121,24 +147,6 @@ class GroupStore:
             ops.append(("create", node, b""))
             creating.add(node)
             deleting.discard(node)
-
-    def _exists(self, path: str) -> bool:
-        if path in self._known:
-            return True
-        if self.client.exists(path) is not None:
-            self._known.add(path)
-            return True
-        return False
-
-    def _tree(self, path: str) -> list[str]:
-        """``path`` and everything under it, deepest first (empty if it does not exist)."""
-        if not self._exists(path):
-            return []
-        out: list[str] = []
-        for child in self.client.get_children(path):
-            out += self._tree(f"{path}/{child}")
-        out.append(path)
-        return out
 
     def _checks(self, writes: list[Write]) -> list[tuple[str, int]]:
         checks = [self.guard] if self.guard is not None else []

@@ -829,6 +829,16 @@ class ShareService:
                    if b.delivery_state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
         return max(0, end - state.start_offset - done)
 
+    async def _refused_unless_empty(self, group_id: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Alter/DeleteShareGroupOffsets' answer when the group is not an empty share group
+        (else ``None``, the topics the request names learned)."""
+        await self._ensure_group(group_id)
+        refused = self._refuse_unless_empty(group_id)
+        if refused is not None:
+            return {"ThrottleTimeMs": 0, "ErrorCode": refused[0], "ErrorMessage": refused[1], "Responses": []}
+        await self._learn_names({t["TopicName"] for t in body["Topics"]})
+        return None
+
     def _refuse_unless_empty(self, group_id: str) -> tuple[int, str | None] | None:
         group = self.core.groups.get(group_id)
         if group is None:
@@ -843,12 +853,11 @@ class ShareService:
         """AlterShareGroupOffsets: new start offsets for an empty group's share-partitions
         (their in-flight records are forgotten, as Kafka's persister writes a new state epoch)."""
         group_id = body["GroupId"]
-        await self._ensure_group(group_id)
-        refused = self._refuse_unless_empty(group_id)
+        refused = await self._refused_unless_empty(group_id, body)
         if refused is not None:
-            return {"ThrottleTimeMs": 0, "ErrorCode": refused[0], "ErrorMessage": refused[1], "Responses": []}
-        await self._learn_names({t["TopicName"] for t in body["Topics"]})
+            return refused
         responses = []
+        written: list[tuple[UUID, int, int]] = []
         count = self._durable_count
         for topic in body["Topics"]:
             info = self.core.topics.by_name.get(topic["TopicName"])
@@ -861,25 +870,30 @@ class ShareService:
                     continue
                 old = await self._state_of(group_id, info.topic_id, index)
                 epoch = old.state_epoch + 1 if old is not None else 0
-                key = (group_id, info.topic_id, index)
-                self.partitions[key] = _Served(topic_name=info.name, state=SharePartition(
-                    self._settings(group_id), start_offset=max(0, start), state_epoch=epoch))
-                count = self._queue_partition(key)
+                # Written whole; the leader's sidecar (this one or another) reads it again.
+                self.partitions.pop((group_id, info.topic_id, index), None)
+                count = self._queue(share_partition_path(group_id, info.topic_id, index), encode_state(
+                    ShareState(state_epoch=epoch, start_offset=max(0, start), batches=())))
+                written.append((info.topic_id, index, count))
                 parts.append({"PartitionIndex": index, "ErrorCode": 0, "ErrorMessage": None})
             responses.append({"TopicName": topic["TopicName"],
                               "TopicId": info.topic_id if info is not None else UUID(int=0), "Partitions": parts})
         await self._durable(count)
+        lost = {(t, i) for t, i, at in written if self._lost((group_id, t, i), at)}
+        for response in responses:
+            for part in response["Partitions"]:
+                if (response["TopicId"], part["PartitionIndex"]) in lost:  # written elsewhere meanwhile
+                    part.update(ErrorCode=ErrorCode.UNKNOWN_SERVER_ERROR, ErrorMessage=(
+                        "The share-partition's state changed while it was being altered; try again."))
         return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Responses": responses}
 
     async def delete_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
         """DeleteShareGroupOffsets: an empty group forgets its state for whole topics (the
         next member to subscribe initializes them again)."""
         group_id = body["GroupId"]
-        await self._ensure_group(group_id)
-        refused = self._refuse_unless_empty(group_id)
+        refused = await self._refused_unless_empty(group_id, body)
         if refused is not None:
-            return {"ThrottleTimeMs": 0, "ErrorCode": refused[0], "ErrorMessage": refused[1], "Responses": []}
-        await self._learn_names({t["TopicName"] for t in body["Topics"]})
+            return refused
         group = self.core.groups[group_id]
         responses = []
         count = self._durable_count

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -471,9 +471,21 @@ def _assignment(partitions: Sequence[tuple[str, int]]) -> str:
 
 
 def _delete(cluster: Cluster, groups: list[str]) -> int:
+    return delete_groups(cluster, groups, "consumer")
+
+
+def delete_groups(cluster: Cluster, groups: list[str], kind: str,
+                  refused: Callable[[str], str | None] = lambda _group_id: None) -> int:
+    """DeleteGroups of each of ``groups`` at its coordinator, kafka-consumer-groups.sh's
+    lines (``kind``: "consumer" or "share"); ``refused(group)`` is why a group is not even
+    asked for, if it is not."""
     failed: list[str] = []
     done: list[str] = []
     for group_id in dict.fromkeys(groups):
+        reason = refused(group_id)
+        if reason is not None:
+            failed.append(f"* Group '{group_id}' could not be deleted due to: {reason}")
+            continue
         coordinator = cluster.coordinator(group_id)
         _, body = cluster.call(coordinator.address, DELETE_GROUPS, {"GroupsNames": [group_id]})
         code = body.Results[0].ErrorCode
@@ -485,9 +497,9 @@ def _delete(cluster: Cluster, groups: list[str]) -> int:
             done.append(group_id)
     if done:
         names = ", ".join(f"'{g}'" for g in done)
-        print(f"Deletion of requested consumer groups ({names}) was successful.")
+        print(f"Deletion of requested {kind} groups ({names}) was successful.")
     if failed:
-        print("Deletion of some consumer groups failed:\n" + "\n".join(failed), file=sys.stderr)
+        print(f"Deletion of some {kind} groups failed:\n" + "\n".join(failed), file=sys.stderr)
         return 1
     return 0
 

@@ -53,7 +53,6 @@ from protocol.apis import (
 from protocol.errors import ProtocolError
 from proxy.tools.admin_client import AdminError
 from proxy.tools.groups_cli import (
-    DELETE_GROUPS,
     EARLIEST,
     LATEST,
     LIST_GROUPS,
@@ -62,6 +61,7 @@ from proxy.tools.groups_cli import (
     Cluster,
     GroupsError,
     UsageError,
+    delete_groups,
     error_name,
     parse_topic,
     table,
@@ -462,33 +462,17 @@ def _describe(cluster: Cluster, args: argparse.Namespace) -> int:
 def _delete(cluster: Cluster, args: argparse.Namespace) -> int:
     listed = dict(list_share_groups(cluster))
     wanted = list(listed) if args.all_groups else list(dict.fromkeys(args.group))
-    failed: list[str] = []
-    done: list[str] = []
-    for group_id in wanted:
+
+    def refused(group_id: str) -> str | None:
+        # DeleteGroups deletes a group of any type: only an empty share group is asked for.
         state = listed.get(group_id)
         if state is None:
-            failed.append(f"* Group '{group_id}' could not be deleted due to: no share group has this name")
-            continue
+            return "no share group has this name"
         if state != "Empty":
-            failed.append(f"* Group '{group_id}' could not be deleted due to: "
-                          f"{error_name(Code.NON_EMPTY_GROUP)}: the group has active members")
-            continue
-        coordinator = cluster.coordinator(group_id)
-        _, body = cluster.call(coordinator.address, DELETE_GROUPS, {"GroupsNames": [group_id]})
-        code = body.Results[0].ErrorCode
-        if code:
-            reason = {Code.GROUP_ID_NOT_FOUND: "the group does not exist",
-                      Code.NON_EMPTY_GROUP: "the group has active members"}.get(code, "refused")
-            failed.append(f"* Group '{group_id}' could not be deleted due to: {error_name(code)}: {reason}")
-        else:
-            done.append(group_id)
-    if done:
-        names = ", ".join(f"'{g}'" for g in done)
-        print(f"Deletion of requested share groups ({names}) was successful.")
-    if failed:
-        print("Deletion of some share groups failed:\n" + "\n".join(failed), file=sys.stderr)
-        return 1
-    return 0
+            return f"{error_name(Code.NON_EMPTY_GROUP)}: the group has active members"
+        return None
+
+    return delete_groups(cluster, wanted, "share", refused)
 
 
 def _reset_partitions(cluster: Cluster, group: ShareGroup, args: argparse.Namespace) -> list[tuple[str, int]]:

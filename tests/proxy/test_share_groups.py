@@ -367,33 +367,34 @@ async def test_a_share_partition_written_by_another_sidecar_is_read_again_not_se
         "IncludeTopicAuthorizedOperations": False})
     topic_id = metadata.Topics[0].TopicId
 
-    def fetch(address: str, member: str) -> list[tuple[int, int, int]]:
-        answer = call(address, 78, 1, {
-            "GroupId": group, "MemberId": member, "ShareSessionEpoch": 0, "MaxWaitMs": 200, "MinBytes": 1,
-            "MaxBytes": 1 << 20, "MaxRecords": 100, "BatchSize": 100, "ForgottenTopicsData": [],
-            "Topics": [{"TopicId": topic_id, "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": []}]}]})
-        assert answer.ErrorCode == 0, answer
-        return [(r.FirstOffset, r.LastOffset, r.DeliveryCount) for t in answer.Responses for p in t.Partitions
-                for r in p.AcquiredRecords]
+    def fetch(address: str, member: str, kind: int | None = None) -> tuple[list[tuple[int, int, int]], int]:
+        """A ShareFetch, then (``kind``) the acknowledgement of all ten records with a final
+        ShareAcknowledge on the same connection (the session ends with its connection)."""
+        with AdminClient(address) as admin:
+            answer = admin.call(78, 1, {
+                "GroupId": group, "MemberId": member, "ShareSessionEpoch": 0, "MaxWaitMs": 200, "MinBytes": 1,
+                "MaxBytes": 1 << 20, "MaxRecords": 100, "BatchSize": 100, "ForgottenTopicsData": [],
+                "Topics": [{"TopicId": topic_id, "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": []}]}]})
+            assert answer.ErrorCode == 0, answer
+            got = [(r.FirstOffset, r.LastOffset, r.DeliveryCount) for t in answer.Responses for p in t.Partitions
+                   for r in p.AcquiredRecords]
+            if kind is None:
+                return got, 0
+            acked = admin.call(79, 1, {
+                "GroupId": group, "MemberId": member, "ShareSessionEpoch": -1, "Topics": [
+                    {"TopicId": topic_id, "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": [
+                        {"FirstOffset": 0, "LastOffset": 9, "AcknowledgeTypes": [kind]}]}]}]})
+        return got, int(acked.ErrorCode) or int(acked.Responses[0].Partitions[0].ErrorCode)
 
-    def acknowledge(address: str, member: str, kind: int) -> int:
-        answer = call(address, 79, 1, {
-            "GroupId": group, "MemberId": member, "ShareSessionEpoch": -1, "Topics": [
-                {"TopicId": topic_id, "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": [
-                    {"FirstOffset": 0, "LastOffset": 9, "AcknowledgeTypes": [kind]}]}]}]})
-        return int(answer.ErrorCode) or int(answer.Responses[0].Partitions[0].ErrorCode)
-
-    # A fresh connection per call: the session opened with epoch 0 ends with epoch -1 on the next.
-    assert await trio.to_thread.run_sync(fetch, first, "m1") == [(0, 9, 1)]
-    assert await trio.to_thread.run_sync(acknowledge, first, "m1", 2) == 0  # RELEASE: available again
-    assert await trio.to_thread.run_sync(fetch, second, "m2") == [(0, 9, 2)]
-    assert await trio.to_thread.run_sync(acknowledge, second, "m2", 1) == 0  # ACCEPT, through the other sidecar
+    assert await trio.to_thread.run_sync(fetch, first, "m1", 2) == ([(0, 9, 1)], 0)  # RELEASE: available again
+    # ACCEPT, through the other sidecar, which reads the state the first one wrote.
+    assert await trio.to_thread.run_sync(fetch, second, "m2", 1) == ([(0, 9, 2)], 0)
     shares = one.shares
     assert shares is not None
     with trio.fail_after(5):
         while any(key[0] == group for key in shares.partitions):
             await trio.sleep(0.02)  # the watch tells the first sidecar its copy is stale
-    assert await trio.to_thread.run_sync(fetch, first, "m3") == []
+    assert await trio.to_thread.run_sync(fetch, first, "m3") == ([], 0)
 
 
 async def test_a_closed_connection_ends_its_share_session_and_lets_go_of_its_records(
