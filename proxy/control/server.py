@@ -51,7 +51,7 @@ from proxy.control.jwks import JwksFetcher, JwksSettings, token_rules
 from proxy.control.observing import load_hub, run_hub
 from proxy.control.quota_metrics import register_quota_metrics
 from proxy.control.quota_state import IpQuotas
-from proxy.control.registration import Registration
+from proxy.control.registration import Registration, endpoints_of
 from proxy.control.share_reader import BrokerReader
 from proxy.control.shares import ShareService
 from proxy.control.tls import (
@@ -249,6 +249,7 @@ class Sidecar:
                 max_sessions=config["group.share.max.share.sessions"],
                 coordinates=groups.coordinates,
                 enabled=lambda: self.feature_level("share.version") >= 1,
+                peer=self._share_peer,
                 group_configs=self.group_configs, foreign_group=lambda group_id: group_id in groups.core.ctx.groups,
                 node_id=lambda: self.identity.broker_id,
                 refresh_interval=config["sidecar.coordinator.metadata.refresh.ms"] / 1000)
@@ -311,6 +312,25 @@ class Sidecar:
     def advertised(self, listener: str) -> Endpoint:
         """The endpoint clients are told for ``listener`` (bound port when port was 0)."""
         return self.identity.advertised(listener)
+
+    def _share_peer(self, group_id: str, listener: str) -> tuple[str, int] | None:
+        """Where a share group's requests go when the fleet shares this sidecar's broker and
+        the placement gives the group to another sidecar (docs/coordinator.md, "Share
+        groups"): that sidecar's address on ``listener``, a plain one; else ``None``."""
+        groups, registration = self.groups, self.registration
+        if groups is None or groups.fleet is None or registration is None:
+            return None
+        fleet = groups.fleet
+        chosen = fleet.owner(group_id)
+        if chosen is None or fleet.me is None or chosen == fleet.me:
+            return None
+        theirs, mine = registration.bodies.get(chosen), registration.bodies.get(fleet.me)
+        if theirs is None or mine is None or theirs.get("ksidecar") != mine.get("ksidecar"):
+            return None  # another broker's sidecar (the deployed shape): its partitions are its own
+        if (theirs.get("listener_security_protocol_map") or {}).get(listener) != "PLAINTEXT":
+            return None
+        address = endpoints_of(theirs).get(listener)
+        return None if address is None else (address.host, address.port)
 
     def feature_level(self, name: str) -> int:
         """The fleet's finalized level of feature ``name`` (0 when not finalized, and always

@@ -73,7 +73,10 @@ from coordinator.share_store import (
     share_registry_path,
 )
 from coordinator.topics import TopicInfo, TopicsSnapshot
+from protocol.apis import DEFAULT_REGISTRY
 from protocol.errors import ErrorCode, ProtocolError
+from protocol.framing import EOF, NEED_DATA, FrameDecoder, encode_frame
+from protocol.headers import RequestHeader, decode_response_header, encode_request_header
 from protocol.records import iter_batches
 from proxy.control.share_reader import (
     EARLIEST_TIMESTAMP,
@@ -151,7 +154,8 @@ class ShareService:
                  clock: Callable[[], int] = wall_ms, node_id: Callable[[], int] = lambda: -1,
                  refresh_interval: float = 10.0, max_sessions: int = 2000,
                  coordinates: Callable[[str], bool] = lambda _group_id: True,
-                 store: ShareStore | None = None, enabled: Callable[[], bool] = lambda: True) -> None:
+                 store: ShareStore | None = None, enabled: Callable[[], bool] = lambda: True,
+                 peer: Callable[[str, str], tuple[str, int] | None] = lambda _group_id, _listener: None) -> None:
         self.zk = zk
         self.reader = reader
         self.topic_source = topics
@@ -162,6 +166,11 @@ class ShareService:
         self.coordinates = coordinates
         #: Whether ``share.version`` is finalized at 1 or more (read every second).
         self.enabled = enabled
+        #: ``(group, listener) -> address`` of the sidecar that serves the group's
+        #: share-partitions when it is not this one (a fleet sharing one broker), else ``None``.
+        self.peer = peer
+        #: Connections to such sidecars, one per client connection and peer.
+        self._links: dict[tuple[object, tuple[str, int]], PeerLink] = {}
         self.max_sessions = max_sessions
         self.core = ShareGroupCoordinator(group_settings or ShareGroupSettings(),
                                           foreign_group=foreign_group or (lambda _group_id: False))
@@ -938,9 +947,76 @@ class ShareService:
         self._release_member(key.group_id, key.member_id)
 
     def connection_closed(self, connection: object) -> None:
-        """A client connection ended: its sessions end, their members' records go back."""
+        """A client connection ended: its sessions end, their members' records go back, and
+        its connections to peer sidecars close (so do the sessions there)."""
         for key in self.sessions.close_connection(connection):
             self._release_member(key.group_id, key.member_id)
+        for link_key in [k for k in self._links if k[0] == connection]:
+            link = self._links.pop(link_key)
+            if self._nursery is not None:
+                self._nursery.start_soon(link.aclose)
+
+    async def forward(self, address: tuple[str, int], connection: object, header: RequestHeader,
+                      body: bytes) -> bytes | None:
+        """Pass a share request to the sidecar at ``address`` on a connection of this client
+        connection's own: its answer's body, or ``None`` when that sidecar cannot be reached
+        or answers nothing (logged)."""
+        link = self._links.get((connection, address))
+        if link is None:
+            link = self._links[(connection, address)] = PeerLink(address)
+        try:
+            return await link.exchange(header, body)
+        except UpstreamError as exc:
+            log.warning("share groups: passing %s to the sidecar that serves its group failed: %s",
+                        DEFAULT_REGISTRY.name(header.api_key), exc)
+            return None
+
+
+class PeerLink:
+    """One connection to another sidecar of the fleet for share requests passed to it, one
+    request at a time, in the order they came (see :meth:`ShareService.forward`)."""
+
+    def __init__(self, address: tuple[str, int], timeout: float = MAX_WAIT + 10) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._stream: trio.SocketStream | None = None
+        self._lock = trio.Lock()
+
+    async def exchange(self, header: RequestHeader, body: bytes) -> bytes:
+        """The peer's answer body to ``header`` and ``body``."""
+        api = DEFAULT_REGISTRY.api(header.api_key)
+        version = header.api_version
+        async with self._lock:
+            try:
+                with trio.fail_after(self.timeout):
+                    if self._stream is None:
+                        self._stream = await trio.open_tcp_stream(*self.address)
+                    head = encode_request_header(header.api_key, version, header.correlation_id, header.client_id,
+                                                 api.request_header_version(version))
+                    await self._stream.send_all(encode_frame(head + body))
+                    decoder = FrameDecoder()
+                    while True:
+                        frame = decoder.next_frame()
+                        if frame is NEED_DATA:
+                            decoder.receive_data(await self._stream.receive_some(65536))
+                            continue
+                        if frame is EOF:
+                            raise UpstreamError(f"sidecar {self.address[0]}:{self.address[1]} closed the connection")
+                        view = memoryview(frame)[4:]
+                        _, size = decode_response_header(view, api.response_header_version(version))
+                        return bytes(view[size:])
+            except (OSError, trio.BrokenResourceError, trio.TooSlowError, ProtocolError) as exc:
+                await self.aclose()
+                raise UpstreamError(f"sidecar {self.address[0]}:{self.address[1]}: {exc!r}") from None
+            except BaseException:
+                await self.aclose()
+                raise
+
+    async def aclose(self) -> None:
+        """Close the connection (the next exchange opens another)."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await trio.aclose_forcefully(stream)
 
 
 def _fetch_error(code: int, message: str | None, lock_ms: int) -> dict[str, Any]:

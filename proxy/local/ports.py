@@ -28,6 +28,7 @@ from coordinator.share_group import (
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
 )
+from protocol.headers import RequestHeader
 from proxy.auth.acl.evaluate import Authorizer
 from proxy.auth.acl.model import AclBinding, BindingFilter
 from proxy.auth.sasl.scram import ScramCredential
@@ -299,6 +300,16 @@ class SharePort(Protocol):
 
     def connection_closed(self, connection: object) -> None:
         """A client connection ended: its share sessions end, their records go back."""
+        ...
+
+    def peer(self, group_id: str, listener: str) -> tuple[str, int] | None:
+        """Where ``group_id``'s share requests go when another sidecar serves them (a fleet
+        sharing one broker), else ``None`` (here)."""
+        ...
+
+    async def forward(self, address: tuple[str, int], connection: object, header: RequestHeader,
+                      body: bytes) -> bytes | None:
+        """That sidecar's answer body to the request, ``None`` when it could not be had."""
         ...
 
     async def describe_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -43,6 +43,9 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 
+#: The client id prefix of a share request one sidecar passed to another: the receiver
+#: serves it (two views of the fleet that disagree for a moment pass nothing back and forth).
+PASSED = "ksidecar-passed:"
 #: ``Context.extra`` key: this connection's end is already hooked.
 _SESSIONS_HERE = "share_sessions"
 
@@ -115,13 +118,11 @@ def _describe(request: LocalRequest, context: Context) -> Answer:
 def _fetch(request: LocalRequest, context: Context) -> Answer:
     body = _body(request)
     port = _port(context)
-    connection = (context.listener, context.peer)
+    connection = _hooked(context, port)
     version = request.version
-    if not context.extra.get(_SESSIONS_HERE):
-        # The connection's share sessions end with it, and their members' records go back
-        # (Kafka's ShareSessionCache does the same when a client disconnects).
-        context.extra[_SESSIONS_HERE] = True
-        context.closing.append(lambda: port.connection_closed(connection))
+    passed = _passed(request, context, port, connection)
+    if passed is not None:
+        return passed
 
     async def answer() -> Respond:
         return Respond(body=await port.share_fetch(version, body, connection))
@@ -132,10 +133,52 @@ def _fetch(request: LocalRequest, context: Context) -> Answer:
 def _acknowledge(request: LocalRequest, context: Context) -> Answer:
     body = _body(request)
     port = _port(context)
+    connection = _hooked(context, port)
     version = request.version
+    passed = _passed(request, context, port, connection)
+    if passed is not None:
+        return passed
 
     async def answer() -> Respond:
         return Respond(body=await port.share_acknowledge(version, body))
+
+    return Later(answer=answer)
+
+
+def _hooked(context: Context, port: SharePort) -> object:
+    """This connection's identity for share sessions; its end is hooked once: the
+    connection's share sessions end with it, and their members' records go back (Kafka's
+    ShareSessionCache does the same when a client disconnects)."""
+    connection = (context.listener, context.peer)
+    if not context.extra.get(_SESSIONS_HERE):
+        context.extra[_SESSIONS_HERE] = True
+        context.closing.append(lambda: port.connection_closed(connection))
+    return connection
+
+
+def _passed(request: LocalRequest, context: Context, port: SharePort, connection: object) -> Later | None:
+    """In a fleet sharing one broker, a share request for a group another sidecar serves is
+    passed to it, whole, and its answer passed back (``None``: served here)."""
+    group_id = _body(request)["GroupId"] or ""
+    if (request.header.client_id or "").startswith(PASSED):
+        return None  # passed here by another sidecar: served here, whatever this one's view
+    address = port.peer(group_id, context.listener) if group_id else None
+    if address is None:
+        return None
+    key, version = request.api_key, request.version
+
+    header = request.header._replace(client_id=PASSED + (request.header.client_id or ""))
+
+    async def answer() -> Respond:
+        body = await port.forward(address, connection, header, request.raw)
+        if body is not None:
+            return Respond(body=body)
+        refusal: dict[str, Any] = {
+            "ThrottleTimeMs": 0, "ErrorCode": ErrorCode.COORDINATOR_NOT_AVAILABLE, "Responses": [], "NodeEndpoints": [],
+            "ErrorMessage": f"The sidecar that serves group {group_id} could not be reached; try again."}
+        if key == SHARE_FETCH:
+            refusal["AcquisitionLockTimeoutMs"] = 0
+        return Respond(body=refusal, version=version)
 
     return Later(answer=answer)
 

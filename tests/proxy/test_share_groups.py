@@ -433,3 +433,65 @@ async def test_a_closed_connection_ends_its_share_session_and_lets_go_of_its_rec
     with trio.fail_after(5):
         while len(shares.sessions):  # m2's connection closed too: no session is left behind
             await trio.sleep(0.02)
+
+
+async def test_in_a_fleet_sharing_one_broker_a_share_request_is_passed_to_the_groups_sidecar(
+        start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str) -> None:
+    """Two sidecars in front of one broker: the placement gives the group to one of them, and
+    a ShareFetch reaching the other is passed to it whole (its answer passed back): only the
+    group's sidecar holds the share-partition; when the client's connection ends, so does the
+    passed one, and the records go back at once."""
+    from coordinator.placement import owner
+    from proxy.tools.admin_client import AdminClient
+
+    sidecars = {1: await share_sidecar(start_sidecar, tansu, zookeeper, zk_path, broker_id="1"),
+                2: await share_sidecar(start_sidecar, tansu, zookeeper, zk_path, enable=False, broker_id="2")}
+    with trio.fail_after(10):
+        while not all(s.groups is not None and s.groups.fleet is not None and len(s.groups.fleet.live) == 2
+                      for s, _ in sidecars.values()):
+            await trio.sleep(0.05)
+    group = next(f"sg-{i}-{zk_path[-8:]}" for i in range(100) if owner(f"sg-{i}-{zk_path[-8:]}", [1, 2]) == 1)
+    topic = f"passed-{zk_path[-8:]}"
+    (serving, _), (other, other_address) = sidecars[1], sidecars[2]
+    assert serving.group_configs is not None
+    result = await serving.group_configs.alter(
+        group, [ConfigOp(name="share.auto.offset.reset", operation=AlterOp.SET, value="earliest")], validate_only=False)
+    assert result.error_code == 0, result
+
+    def produce_direct() -> uuid.UUID:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient as ConfluentAdmin
+        from confluent_kafka.admin import NewTopic
+
+        admin = ConfluentAdmin({"bootstrap.servers": tansu.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+        producer = Producer({"bootstrap.servers": tansu.bootstrap})
+        for i in range(10):
+            producer.produce(topic, str(i).encode(), partition=0)
+        assert producer.flush(10) == 0
+        with AdminClient(tansu.bootstrap) as client:
+            metadata = client.call(3, 12, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": topic}],
+                                           "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
+        topic_id: uuid.UUID = metadata.Topics[0].TopicId
+        return topic_id
+
+    topic_id = await trio.to_thread.run_sync(produce_direct)
+
+    def fetch(address: str, member: str) -> list[tuple[int, int, int]]:
+        with AdminClient(address) as admin:
+            answer = admin.call(78, 1, {
+                "GroupId": group, "MemberId": member, "ShareSessionEpoch": 0, "MaxWaitMs": 200, "MinBytes": 1,
+                "MaxBytes": 1 << 20, "MaxRecords": 100, "BatchSize": 100, "ForgottenTopicsData": [],
+                "Topics": [{"TopicId": topic_id, "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": []}]}]})
+        assert answer.ErrorCode == 0, answer
+        return [(r.FirstOffset, r.LastOffset, r.DeliveryCount) for t in answer.Responses for p in t.Partitions
+                for r in p.AcquiredRecords]
+
+    assert await trio.to_thread.run_sync(fetch, other_address, "m1") == [(0, 9, 1)]
+    assert serving.shares is not None and other.shares is not None
+    assert [k for k in serving.shares.partitions if k[0] == group] == [(group, topic_id, 0)]
+    assert not [k for k in other.shares.partitions if k[0] == group]
+    with trio.fail_after(10):  # m1's connection ended: the passed one too, and its records went back
+        while not (again := await trio.to_thread.run_sync(fetch, other_address, "m2")):
+            await trio.sleep(0.05)
+    assert again == [(0, 9, 2)]
