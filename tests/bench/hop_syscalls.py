@@ -1,18 +1,21 @@
-"""System calls per forwarded one-in-flight Produce, side by side (issue 43).
+"""Where a forwarded one-in-flight Produce's CPU goes, side by side (issue 43): user and
+system time per request, and system calls per request.
 
     python -m tests.bench.hop_syscalls
 
 Tansu, a one-process sidecar (``w1``), the trio relay on the sidecar's ``SocketWire``
 (``tests/bench/floor_relays.py trio``) and the two-thread relay (``tests/bench/relay.py``);
-each in turn carries ``produce-1-1x1`` (one connection, one request in flight) for 3 s with
-``strace -c -f`` attached to it, and the calls are divided by the requests answered. strace
-is attached a moment before the load starts and detached after it ends, so every figure is
-inflated by the same small factor: read them side by side, not as absolutes.
+each in turn carries ``produce-1-1x1`` (one connection, one request in flight): first twice
+for 4 s each, the hop's user and system CPU time read from ``/proc`` around the run and divided
+by the requests answered; then for 3 s with ``strace -c -f`` attached, the calls divided the
+same way. strace is attached a moment before the load starts and detached after it ends, so
+the call counts are inflated by the same small factor: read them side by side.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -23,7 +26,15 @@ from proxy.tools.rig.tansu import start_broker
 from tests.bench import workers_bench as wb
 from tests.bench.pipeline import run_spread
 
+TICK = os.sysconf("SC_CLK_TCK")
 CALL = re.compile(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(\d+)?\s*(\w+)$")
+
+
+def user_system(pid: int) -> tuple[float, float]:
+    """The process's user and system CPU seconds so far (``/proc/<pid>/stat``; threads included)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
 def main() -> int:
@@ -38,6 +49,15 @@ def main() -> int:
         targets = {"sidecar (w1)": (side.address, side.process.pid),
                    **{kind: (hop.address, hop.process.pid) for kind, hop in hops.items()}}
         assert broker.process.pid is not None
+        for turn in range(2):
+            for name, (address, pid) in targets.items():
+                assert pid is not None
+                before = user_system(pid)
+                result = run_spread(address, load.frames(), connections=1, processes=1, duration=4.0, warmup=0.3)
+                after = user_system(pid)
+                user, system = ((b - a) * 1e6 / result.requests for a, b in zip(before, after, strict=True))
+                print(f"turn {turn + 1}, {name}: {result.per_second:,.0f} requests/s; per request user {user:.1f} µs, "
+                      f"system {system:.1f} µs", flush=True)
         for name, (address, pid) in targets.items():
             assert pid is not None
             wb.measure(address, load, [pid], broker.process.pid, 1, 1.0, 0.3)  # warm up
