@@ -115,34 +115,27 @@ def _describe(request: LocalRequest, context: Context) -> Answer:
     return Later(answer=answer)
 
 
-def _fetch(request: LocalRequest, context: Context) -> Answer:
-    body = _body(request)
-    port = _port(context)
-    connection = _hooked(context, port)
-    version = request.version
-    passed = _passed(request, context, port, connection)
-    if passed is not None:
-        return passed
+def _sessioned(fetch: bool) -> Handler:
+    """ShareFetch (``fetch``) or ShareAcknowledge: a request of a share session, served here
+    or passed to the sidecar that serves its group (:func:`_passed`)."""
 
-    async def answer() -> Respond:
-        return Respond(body=await port.share_fetch(version, body, connection))
+    def handle(request: LocalRequest, context: Context) -> Answer:
+        body = _body(request)
+        port = _port(context)
+        connection = _hooked(context, port)
+        version = request.version
+        passed = _passed(request, context, port, connection)
+        if passed is not None:
+            return passed
 
-    return Later(answer=answer)
+        async def answer() -> Respond:
+            if fetch:
+                return Respond(body=await port.share_fetch(version, body, connection))
+            return Respond(body=await port.share_acknowledge(version, body))
 
+        return Later(answer=answer)
 
-def _acknowledge(request: LocalRequest, context: Context) -> Answer:
-    body = _body(request)
-    port = _port(context)
-    connection = _hooked(context, port)
-    version = request.version
-    passed = _passed(request, context, port, connection)
-    if passed is not None:
-        return passed
-
-    async def answer() -> Respond:
-        return Respond(body=await port.share_acknowledge(version, body))
-
-    return Later(answer=answer)
+    return handle
 
 
 def _hooked(context: Context, port: SharePort) -> object:
@@ -202,8 +195,8 @@ def _offsets(method: str) -> Handler:
 HANDLERS: dict[int, Handler] = {
     SHARE_GROUP_HEARTBEAT: _heartbeat,
     SHARE_GROUP_DESCRIBE: _describe,
-    SHARE_FETCH: _fetch,
-    SHARE_ACKNOWLEDGE: _acknowledge,
+    SHARE_FETCH: _sessioned(fetch=True),
+    SHARE_ACKNOWLEDGE: _sessioned(fetch=False),
     DESCRIBE_SHARE_GROUP_OFFSETS: _offsets("describe_offsets"),
     ALTER_SHARE_GROUP_OFFSETS: _offsets("alter_offsets"),
     DELETE_SHARE_GROUP_OFFSETS: _offsets("delete_offsets"),

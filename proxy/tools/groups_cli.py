@@ -521,7 +521,12 @@ def parse_topic(spec: str) -> tuple[str, tuple[int, ...] | None]:
 def _reset_partitions(cluster: Cluster, group: Group, args: argparse.Namespace) -> list[tuple[str, int]]:
     if args.all_topics:
         return sorted(committed_offsets(cluster, group))
-    specs: list[tuple[str, tuple[int, ...] | None]] = args.topic_specs
+    return chosen_partitions(cluster, args.topic_specs)
+
+
+def chosen_partitions(cluster: Cluster, specs: list[tuple[str, tuple[int, ...] | None]]) -> list[tuple[str, int]]:
+    """The ``(topic, partition)`` pairs ``--topic T[:P,P]`` names (every partition of a topic
+    named alone), checked against the cluster's Metadata."""
     meta = cluster.metadata({t for t, _ in specs})
     chosen: set[tuple[str, int]] = set()
     for topic, partitions in specs:

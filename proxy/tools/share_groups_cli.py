@@ -61,6 +61,7 @@ from proxy.tools.groups_cli import (
     Cluster,
     GroupsError,
     UsageError,
+    chosen_partitions,
     delete_groups,
     error_name,
     parse_topic,
@@ -478,19 +479,7 @@ def _delete(cluster: Cluster, args: argparse.Namespace) -> int:
 def _reset_partitions(cluster: Cluster, group: ShareGroup, args: argparse.Namespace) -> list[tuple[str, int]]:
     if args.all_topics:
         return sorted(start_offsets(cluster, group)) if group.state != "Dead" else []
-    specs: list[tuple[str, tuple[int, ...] | None]] = args.topic_specs
-    meta = cluster.metadata({t for t, _ in specs})
-    chosen: set[tuple[str, int]] = set()
-    for topic, partitions in specs:
-        known = meta.leaders.get(topic)
-        if known is None:
-            raise GroupsError(f"topic '{topic}' does not exist")
-        missing = sorted(set(partitions or ()) - set(known))
-        if missing:
-            raise GroupsError(f"topic '{topic}' has no partition {', '.join(map(str, missing))} "
-                              f"(it has {len(known)})")
-        chosen.update((topic, p) for p in (partitions if partitions is not None else known))
-    return sorted(chosen)
+    return chosen_partitions(cluster, args.topic_specs)
 
 
 def _targets(cluster: Cluster, partitions: list[tuple[str, int]], args: argparse.Namespace) -> dict[tuple[str, int], int]:
