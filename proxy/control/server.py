@@ -251,7 +251,6 @@ class Sidecar:
                 enabled=lambda: self.feature_level("share.version") >= 1,
                 peer=self._share_peer,
                 group_configs=self.group_configs, foreign_group=lambda group_id: group_id in groups.core.ctx.groups,
-                node_id=lambda: self.identity.broker_id,
                 refresh_interval=config["sidecar.coordinator.metadata.refresh.ms"] / 1000)
         #: ACL enforcement on the data path (``sidecar.authorizer=acls``), else ``None``.
         self.authorization = None if self.acls is None else Authorization(

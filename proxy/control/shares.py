@@ -35,7 +35,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -59,6 +59,7 @@ from coordinator.share_partition import SharePartition
 from coordinator.share_records import (
     AcknowledgementBatch,
     AcquireMode,
+    Released,
     ShareSettings,
     initial_start_offset,
 )
@@ -129,7 +130,7 @@ class _Served:
     """One share-partition this sidecar serves."""
 
     topic_name: str
-    state: SharePartition | None
+    state: SharePartition
     #: Counted for the metrics.
     redeliveries: int = 0
     archived: int = 0
@@ -151,7 +152,7 @@ class ShareService:
     def __init__(self, zk: ZooKeeper, reader: BrokerReader, topics: TopicSource, registry: CollectorRegistry, *,
                  group_settings: ShareGroupSettings | None = None, share_settings: ShareSettings | None = None,
                  group_configs: GroupSettingsSource | None = None, foreign_group: Callable[[str], bool] | None = None,
-                 clock: Callable[[], int] = wall_ms, node_id: Callable[[], int] = lambda: -1,
+                 clock: Callable[[], int] = wall_ms,
                  refresh_interval: float = 10.0, max_sessions: int = 2000,
                  coordinates: Callable[[str], bool] = lambda _group_id: True,
                  store: ShareStore | None = None, enabled: Callable[[], bool] = lambda: True,
@@ -160,7 +161,6 @@ class ShareService:
         self.reader = reader
         self.topic_source = topics
         self.clock = clock
-        self.node_id = node_id
         self.refresh_interval = refresh_interval
         #: Whether the fleet's placement names this sidecar the group's coordinator.
         self.coordinates = coordinates
@@ -197,7 +197,6 @@ class ShareService:
         self._watched: set[PartitionKey] = set()
         self._writing: frozenset[str] = frozenset()
         self._timer_changed = trio.Event()
-        self._refresh_now = trio.Event()
         self._nursery: trio.Nursery | None = None
         #: Records acknowledged (any type), for the metrics and the sizing guide.
         self.acknowledged = 0
@@ -271,8 +270,7 @@ class ShareService:
             now = self.clock()
             self._expire(now)
             deadlines = [d for d in (self.core.next_deadline(),
-                                     *(s.state.next_deadline() for s in self.partitions.values()
-                                       if s.state is not None)) if d is not None]
+                                     *(s.state.next_deadline() for s in self.partitions.values())) if d is not None]
             wait = (min(deadlines) - now) / 1000 if deadlines else math.inf
             with trio.move_on_after(max(0.0, wait)):
                 await self._timer_changed.wait()
@@ -280,15 +278,16 @@ class ShareService:
     def _expire(self, now: int) -> None:
         """Locks that passed, members whose session expired."""
         for key, served in self.partitions.items():
-            if served.state is not None:
-                before = served.state.lock_expiries
-                released = served.state.expire(now)
-                if released.available or released.archived:
-                    served.archived += released.archived
-                    log.debug("share groups: %d lock(s) of %s expired", served.state.lock_expiries - before, key)
-                    self._queue_partition(key)
-                    self._let_go()
+            self._let_go_of(key, served, served.state.expire(now))
         self._apply(self.core.on_timer(now))
+
+    def _let_go_of(self, key: PartitionKey, served: _Served, released: Released) -> None:
+        """Records a share-partition let go (a lock expired, a member left): counted, written,
+        and any fetch waiting for something to acquire looks again."""
+        if released.available or released.archived:
+            served.archived += released.archived
+            self._queue_partition(key)
+            self._let_go()
 
     async def _watch_feature(self) -> None:
         """``share.version`` turned off: every member is fenced, every share session ends and
@@ -307,9 +306,7 @@ class ShareService:
 
     async def _refresh_topics(self) -> None:
         while True:
-            with trio.move_on_after(self.refresh_interval):
-                await self._refresh_now.wait()
-            self._refresh_now = trio.Event()
+            await trio.sleep(self.refresh_interval)
             names = {n for g in self.core.groups.values() for n in g.subscribed_names()}
             if names:
                 try:
@@ -366,12 +363,7 @@ class ShareService:
                                                error_message="This sidecar does not coordinate the group.")
         if req.group_id and req.member_id:  # else the core refuses it: no I/O first
             await self._ensure_group(req.group_id)
-        names = set(req.subscribed_topic_names or ()) if req.group_id and req.member_id else set()
-        if names - set(self.core.topics.by_name):
-            try:
-                await self._learn(names)
-            except UpstreamError as exc:
-                log.warning("share groups: topics %s could not be read (%s)", sorted(names), exc)
+            await self._learn_names(set(req.subscribed_topic_names or ()))
         if self.group_configs is not None and req.group_id:
             effective = self.group_configs.effective(req.group_id)
             self.core.set_group_config(req.group_id, ShareGroupConfig(
@@ -430,12 +422,8 @@ class ShareService:
 
     def _release_member(self, group_id: str, member_id: str) -> None:
         for key, served in self.partitions.items():
-            if key[0] == group_id and served.state is not None:
-                released = served.state.release_member(member_id)
-                if released.available or released.archived:
-                    served.archived += released.archived
-                    self._queue_partition(key)
-                    self._let_go()
+            if key[0] == group_id:
+                self._let_go_of(key, served, served.state.release_member(member_id))
 
     # -- share-partitions --------------------------------------------------------------------
 
@@ -445,11 +433,7 @@ class ShareService:
             return base
         effective = self.group_configs.effective(group_id)
         lock = int(effective.share_record_lock_duration_ms)
-        if lock == base.record_lock_duration_ms:
-            return base
-        return ShareSettings(record_lock_duration_ms=lock, delivery_count_limit=base.delivery_count_limit,
-                             max_record_locks=base.max_record_locks,
-                             renew_acknowledge_enabled=base.renew_acknowledge_enabled)
+        return base if lock == base.record_lock_duration_ms else replace(base, record_lock_duration_ms=lock)
 
     def _group_config(self, group_id: str, name: str, default: str) -> str:
         if self.group_configs is None:
@@ -458,7 +442,6 @@ class ShareService:
 
     def _queue_partition(self, key: PartitionKey) -> int:
         served = self.partitions[key]
-        assert served.state is not None
         path = share_partition_path(*key)
         self._paths[path] = key
         return self._queue(path, encode_state(served.state.snapshot()))
@@ -470,12 +453,12 @@ class ShareService:
     async def _partition(self, key: PartitionKey, topic_name: str) -> _Served:
         """The share-partition, loaded (and placed by ``share.auto.offset.reset``) if need be."""
         served = self.partitions.get(key)
-        if served is not None and served.state is not None:
+        if served is not None:
             served.state.settings = self._settings(key[0])  # a group config changed: from now on
             return served
         async with self._lock(key):
             served = self.partitions.get(key)
-            if served is not None and served.state is not None:
+            if served is not None:
                 return served
             group_id = key[0]
             settings = self._settings(group_id)
@@ -571,7 +554,6 @@ class ShareService:
                 results[(topic, index)] = (ErrorCode.UNKNOWN_TOPIC_ID, None)
                 continue
             served = await self._partition((group_id, topic, index), name)
-            assert served.state is not None
             error = served.state.acknowledge(member_id, batches, now=self.clock(), is_renew_ack=is_renew_ack)
             if error is not None:
                 results[(topic, index)] = (error.code, error.message)
@@ -657,7 +639,7 @@ class ShareService:
         batch_size = int(body.get("BatchSize") or 0) or None
         mode = AcquireMode(int(body.get("ShareAcquireMode") or 0))
         while True:
-            ready = [(k, s) for k, s in wanted if s.state is not None and s.state.can_acquire()]
+            ready = [(k, s) for k, s in wanted if s.state.can_acquire()]
             if ready:
                 left = deadline - trio.current_time()
                 got = await self._fetch_ready(member_id, ready, max_wait_ms=max(0, int(left * 1000)),
@@ -677,7 +659,6 @@ class ShareService:
         out: dict[tuple[UUID, int], _Fetched] = {}
         positions = []
         for key, served in ready:
-            assert served.state is not None
             positions.append(FetchPosition(topic=served.topic_name, partition=key[2],
                                            offset=served.state.next_fetch_offset()))
         committed = self._group_config(ready[0][0][0], "share_isolation_level", "read_uncommitted") == "read_committed"
@@ -694,7 +675,6 @@ class ShareService:
                 continue
             got = out[(key[1], key[2])] = _Fetched(error=fetched.error_code)
             if fetched.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                assert served.state is not None
                 served.state.advance_log_start(max(fetched.log_start_offset, 0))
                 got.error = 0
                 continue
@@ -715,7 +695,6 @@ class ShareService:
                  max_records: int, batch_size: int | None,
                  mode: AcquireMode) -> tuple[bytes, list[dict[str, int]], int]:
         state = served.state
-        assert state is not None
         try:
             batches = [b for b in iter_batches(fetched.records) if b.last_offset >= fetch_offset]
         except ProtocolError as exc:
@@ -1077,8 +1056,6 @@ class ShareMetrics:
         for (group_id, _, _), served in self.service.partitions.items():
             totals = per_group.setdefault(group_id, [0, 0, 0, 0, 0])
             state = served.state
-            if state is None:
-                continue
             totals[0] += state.in_flight_count()
             totals[1] += sum(1 for _, r in state.records() if r.state is RecordState.ACQUIRED)
             totals[2] += served.redeliveries
