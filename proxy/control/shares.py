@@ -622,24 +622,32 @@ class ShareService:
     async def _fetch(self, group_id: str, member_id: str, context: FetchContext,
                      body: Mapping[str, Any]) -> dict[tuple[UUID, int], _Fetched]:
         out: dict[tuple[UUID, int], _Fetched] = {}
-        wanted: list[tuple[PartitionKey, _Served]] = []
+        wanted: dict[PartitionKey, str] = {}
         for topic, index in context.partitions:
             name = self._name(topic)
             if name is None:
                 out[(topic, index)] = _Fetched(error=ErrorCode.UNKNOWN_TOPIC_ID)
-                continue
-            try:
-                wanted.append(((group_id, topic, index), await self._partition((group_id, topic, index), name)))
-            except UpstreamError as exc:
-                log.warning("share groups: %s-%d could not be placed (%s)", name, index, exc)
-                out[(topic, index)] = _Fetched(error=ErrorCode.UNKNOWN_SERVER_ERROR, message=str(exc))
+            else:
+                wanted[(group_id, topic, index)] = name
         max_wait = min(max(0, int(body["MaxWaitMs"])) / 1000, MAX_WAIT)
         deadline = trio.current_time() + max_wait
         max_records = int(body.get("MaxRecords") or 500)
         batch_size = int(body.get("BatchSize") or 0) or None
         mode = AcquireMode(int(body.get("ShareAcquireMode") or 0))
         while True:
-            ready = [(k, s) for k, s in wanted if s.state.can_acquire()]
+            # Each pass takes the share-partitions as served now: one dropped while this fetch
+            # waited (written by another sidecar, or its leader moved) is read again.
+            ready = []
+            for key, name in list(wanted.items()):
+                try:
+                    served = await self._partition(key, name)
+                except UpstreamError as exc:
+                    log.warning("share groups: %s-%d could not be placed (%s)", name, key[2], exc)
+                    out[(key[1], key[2])] = _Fetched(error=ErrorCode.UNKNOWN_SERVER_ERROR, message=str(exc))
+                    del wanted[key]
+                    continue
+                if served.state.can_acquire():
+                    ready.append((key, served))
             if ready:
                 left = deadline - trio.current_time()
                 got = await self._fetch_ready(member_id, ready, max_wait_ms=max(0, int(left * 1000)),

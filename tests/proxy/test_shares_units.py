@@ -20,7 +20,7 @@ from coordinator.messages.common import Client
 from coordinator.share_group import ShareGroupHeartbeatRequest, ShareGroupSettings
 from coordinator.share_group_record import decode_group
 from coordinator.share_records import ShareSettings
-from coordinator.share_state import ShareState, decode_state
+from coordinator.share_state import RecordState, ShareState, StateBatch, decode_state, encode_state
 from coordinator.share_store import share_partition_path, share_registry_path
 from coordinator.topics import TopicInfo
 from protocol.errors import ErrorCode
@@ -149,8 +149,11 @@ class FakeTopics:
 
 
 class EarliestConfigs:
+    def __init__(self, lock_ms: int | None = None) -> None:
+        self.lock_ms = LOCK_MS if lock_ms is None else lock_ms
+
     def effective(self, group_id: str) -> Any:
-        return SimpleNamespace(share_record_lock_duration_ms=LOCK_MS, share_auto_offset_reset="earliest",
+        return SimpleNamespace(share_record_lock_duration_ms=self.lock_ms, share_auto_offset_reset="earliest",
                                share_isolation_level="read_uncommitted", share_session_timeout_ms=SESSION_MS,
                                share_heartbeat_interval_ms=1000)
 
@@ -209,7 +212,7 @@ async def test_a_member_fenced_by_its_session_timeout_lets_go_of_its_records(
                           group_settings=ShareGroupSettings(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=1000,
                                                             assignment_interval_ms=0),
                           share_settings=ShareSettings(record_lock_duration_ms=60_000),
-                          group_configs=EarliestConfigs(),
+                          group_configs=EarliestConfigs(lock_ms=60_000),
                           clock=lambda: int(trio.current_time() * 1000), store=store)  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
         await nursery.start(shares.serve)
@@ -232,7 +235,7 @@ async def test_share_version_turned_off_fences_every_member_at_once(autojump_clo
                           group_settings=ShareGroupSettings(session_timeout_ms=60_000, heartbeat_interval_ms=1000,
                                                             assignment_interval_ms=0),
                           share_settings=ShareSettings(record_lock_duration_ms=60_000),
-                          group_configs=EarliestConfigs(), clock=lambda: int(trio.current_time() * 1000),
+                          group_configs=EarliestConfigs(lock_ms=60_000), clock=lambda: int(trio.current_time() * 1000),
                           store=store, enabled=lambda: switch["on"])  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
         await nursery.start(shares.serve)
@@ -245,4 +248,39 @@ async def test_share_version_turned_off_fences_every_member_at_once(autojump_clo
         assert decode_group(store.nodes[share_registry_path("g")]).members == ()
         # What m1 held is available again at once (its 60 s lock did not have to pass).
         assert acquired(await shares.share_fetch(2, fetch_body("m2", 0), connection="c2")) == [(0, LOG - 1, 2)]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_waiting_fetch_reads_a_share_partition_dropped_meanwhile_again(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """m2's ShareFetch waits (m1 holds every record for 60 s, and the in-flight limit is
+    reached: nothing to fetch either); meanwhile another sidecar
+    writes the share-partition with the records available again, and this one drops its copy
+    (as its znode watch does). The waiting fetch reads the state again and acquires them,
+    instead of waiting out its MaxWaitMs on the copy that was dropped."""
+    store = MemoryStore()
+    shares = ShareService(FakeZooKeeper(), FakeReader(), FakeTopics(), CollectorRegistry(),  # type: ignore[arg-type]
+                          share_settings=ShareSettings(record_lock_duration_ms=60_000, max_record_locks=LOG),
+                          group_configs=EarliestConfigs(lock_ms=60_000), clock=lambda: int(trio.current_time() * 1000),
+                          store=store)  # type: ignore[arg-type]
+    got: list[list[tuple[int, int, int]]] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(shares.serve)
+        assert acquired(await shares.share_fetch(2, fetch_body("m1", 0), connection="c1")) == [(0, LOG - 1, 1)]
+        body = dict(fetch_body("m2", 0), MaxWaitMs=5_000)
+
+        async def second() -> None:
+            got.append(acquired(await shares.share_fetch(2, body, connection="c2")))
+
+        nursery.start_soon(second)
+        await trio.sleep(1)
+        assert got == []  # waiting
+        store.nodes[share_partition_path("g", TOPIC, 0)] = encode_state(ShareState(
+            state_epoch=0, start_offset=0, batches=(StateBatch(0, LOG - 1, RecordState.AVAILABLE, 1),)))
+        shares.partitions.pop(("g", TOPIC, 0))
+        shares._let_go()
+        with trio.fail_after(1):
+            while not got:
+                await trio.sleep(0.01)
+        assert got == [[(0, LOG - 1, 2)]]
         nursery.cancel_scope.cancel()
