@@ -47,6 +47,7 @@ from coordinator.group_configs import java_duration_nanos
 from coordinator.messages.common import Client
 from coordinator.share_group import (
     DescribedShareGroup,
+    ShareGroup,
     ShareGroupConfig,
     ShareGroupCoordinator,
     ShareGroupHeartbeatRequest,
@@ -911,10 +912,20 @@ class ShareService:
         return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Responses": responses}
 
     async def group_ids(self) -> list[tuple[str, str]]:
-        """``(group id, state)`` of every share group (ListGroups)."""
+        """``(group id, state)`` of every share group (ListGroups): a group this sidecar
+        coordinates as it holds it, any other as ZooKeeper has it, read but not loaded (a
+        copy loaded here would go stale, and be served stale should the group come here)."""
         stored = await self.zk.call(self.store.group_ids)
-        await self.load_groups(stored)
-        return [(g.group_id, g.state.value) for g in self.core.groups.values()]
+        out = []
+        for group_id in sorted(set(stored) | set(self.core.groups)):
+            group = self.core.groups.get(group_id)
+            if group is None:
+                record = await self.zk.call(self.store.load_group, group_id)
+                if record is None:
+                    continue
+                group = ShareGroup.from_record(group_id, record)
+            out.append((group_id, group.state.value))
+        return out
 
     async def delete_group(self, group_id: str) -> tuple[int, str | None]:
         """DeleteGroups of a share group: only an empty one; its state goes from ZooKeeper."""

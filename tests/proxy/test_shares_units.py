@@ -17,6 +17,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry
 
 from coordinator.messages.common import Client
+from coordinator.paths import unescape
 from coordinator.share_group import ShareGroupHeartbeatRequest, ShareGroupSettings
 from coordinator.share_group_record import decode_group
 from coordinator.share_records import ShareSettings
@@ -106,7 +107,7 @@ class MemoryStore:
         self.transactions = 0
 
     def group_ids(self) -> list[str]:
-        return []
+        return sorted({unescape(p.split("/")[2]) for p in self.nodes})
 
     def load_group(self, group_id: str) -> Any:
         data = self.nodes.get(share_registry_path(group_id))
@@ -284,3 +285,20 @@ async def test_a_waiting_fetch_reads_a_share_partition_dropped_meanwhile_again(
                 await trio.sleep(0.01)
         assert got == [[(0, LOG - 1, 2)]]
         nursery.cancel_scope.cancel()
+
+
+async def test_listing_reads_groups_served_elsewhere_without_taking_them_in(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """ListGroups on a sidecar that does not coordinate a share group reports the group's
+    state from ZooKeeper and leaves it out of this sidecar's core (a copy there would go
+    stale)."""
+    store = MemoryStore()
+    elsewhere = virtual_service(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(elsewhere.serve)
+        await elsewhere.heartbeat(ShareGroupHeartbeatRequest(
+            group_id="g", member_id="m1", member_epoch=0, subscribed_topic_names=("t",)), Client())
+        nursery.cancel_scope.cancel()
+    here = virtual_service(store)
+    assert await here.group_ids() == [("g", "Stable")]
+    assert "g" not in here.core.groups
