@@ -377,13 +377,18 @@ class ShareService:
         return step.response
 
     def describe(self, group_ids: Sequence[str]) -> tuple[DescribedShareGroup, ...]:
-        """ShareGroupDescribe (groups loaded by an earlier call; others are not found)."""
-        return self.core.describe(group_ids)
+        """ShareGroupDescribe (groups loaded by an earlier call; others are not found); a
+        group the fleet's placement gives another sidecar is NOT_COORDINATOR here."""
+        described = iter(self.core.describe([g for g in group_ids if g and self.coordinates(g)]))
+        invalid = self.core.describe([g for g in group_ids if not g])  # first, as Kafka orders them
+        return invalid + tuple(next(described) if self.coordinates(g) else DescribedShareGroup(
+            group_id=g, error=ErrorCode.NOT_COORDINATOR, error_message="This sidecar does not coordinate the group.")
+            for g in group_ids if g)
 
     async def load_groups(self, group_ids: Iterable[str]) -> None:
-        """Load these groups from ZooKeeper if this sidecar has not yet."""
+        """Load these groups from ZooKeeper if this sidecar coordinates them and has not yet."""
         for group_id in group_ids:
-            if group_id:
+            if group_id and self.coordinates(group_id):
                 await self._ensure_group(group_id)
 
     def _apply(self, step: ShareStep) -> int:

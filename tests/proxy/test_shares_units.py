@@ -302,3 +302,14 @@ async def test_listing_reads_groups_served_elsewhere_without_taking_them_in(
     here = virtual_service(store)
     assert await here.group_ids() == [("g", "Stable")]
     assert "g" not in here.core.groups
+
+
+async def test_describe_of_a_group_coordinated_elsewhere_is_not_coordinator_and_loads_nothing(
+        autojump_clock: trio.testing.MockClock) -> None:
+    shares = service(coordinates=lambda group_id: group_id != "elsewhere")
+    await shares.load_groups(["elsewhere"])  # no I/O: the fake ZooKeeper here has no client
+    described = shares.describe(["", "elsewhere", "unknown"])
+    assert [(d.group_id, d.error) for d in described] == [
+        ("", ErrorCode.INVALID_GROUP_ID), ("elsewhere", ErrorCode.NOT_COORDINATOR),
+        ("unknown", ErrorCode.GROUP_ID_NOT_FOUND)]
+    assert "elsewhere" not in shares.core.groups
