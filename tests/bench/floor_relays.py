@@ -1,6 +1,7 @@
-"""Two more bare relays, to show where an event loop's floor lies (issue 43).
+"""Three more bare relays, to show where an event loop's floor lies (issue 43).
 
     python -m tests.bench.floor_relays epoll LISTEN_PORT UPSTREAM_HOST UPSTREAM_PORT
+    python -m tests.bench.floor_relays hub LISTEN_PORT UPSTREAM_HOST UPSTREAM_PORT
     python -m tests.bench.floor_relays trio LISTEN_PORT UPSTREAM_HOST UPSTREAM_PORT
     python -m tests.bench.floor_relays lane LISTEN_PORT UPSTREAM_HOST UPSTREAM_PORT
 
@@ -9,6 +10,8 @@ ways and parse nothing; they differ only in how they wait for a socket to be rea
 
 * ``epoll``: one thread, one ``select.epoll`` that every socket is registered with once,
   each ready socket read and its bytes written to its peer in the same pass;
+* ``hub``: the ``epoll`` relay's loop run as one trio task, woken by trio when the epoll's
+  own descriptor is readable: trio's scheduler once per pass, but no task per socket;
 * ``trio``: trio, a task per direction, reading and writing through the sidecar's own
   :class:`~proxy.datapath.wire.SocketWire` (a readiness wait is a trio task woken through
   trio's epoll, as for every connection of the sidecar).
@@ -22,8 +25,8 @@ learned no broker versions, so every version the sidecar parses is forwarded); a
 that would wait stops it. The loop runs inside one trio task that never yields, so the
 connection's clock is trio's.
 
-Side by side (``python -m tests.bench.workers_bench saturation --targets relay epoll trio
-lane w1``) the difference between them is the cost of the wait itself, which no work the
+Side by side (``python -m tests.bench.workers_bench saturation --targets relay epoll hub
+trio lane w1``) the difference between them is the cost of the wait itself, which no work the
 sidecar saves per request can remove. For benchmarks only: no error handling beyond closing.
 """
 
@@ -48,44 +51,72 @@ def _polled(port: int) -> tuple[socket.socket, select.epoll]:
     return listener, poller
 
 
+class _EpollRelay:
+    """The state of the epoll relays: every socket registered once, each with its peer."""
+
+    def __init__(self, port: int, upstream: tuple[str, int]) -> None:
+        self.listener, self.poller = _polled(port)
+        self.upstream = upstream
+        self.peers: dict[int, int] = {}
+        self.sockets: dict[int, socket.socket] = {}
+
+    def ready(self, fd: int) -> None:
+        """Serve one ready descriptor: accept, or read and write the bytes to the peer."""
+        if fd == self.listener.fileno():
+            pair = accept_pair(self.listener, self.upstream)
+            if pair is None:
+                return
+            client, broker = pair
+            for sock in pair:
+                sock.setblocking(False)
+                self.sockets[sock.fileno()] = sock
+                self.poller.register(sock.fileno(), select.EPOLLIN)
+            self.peers[client.fileno()], self.peers[broker.fileno()] = broker.fileno(), client.fileno()
+            return
+        try:
+            data = os.read(fd, 262144)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            for end in (fd, self.peers.pop(fd, -1)):
+                self.peers.pop(end, None)
+                sock = self.sockets.pop(end, None)
+                if sock is not None:
+                    self.poller.unregister(end)
+                    sock.close()
+            return
+        out = self.sockets.get(self.peers.get(fd, -1))
+        if out is not None:
+            out.setblocking(True)  # small frames: taken whole, but never lose a byte
+            with contextlib.suppress(OSError):
+                out.sendall(data)
+            out.setblocking(False)
+
+
 def serve_epoll(port: int, upstream: tuple[str, int]) -> None:
     """The one-thread epoll relay."""
-    listener, poller = _polled(port)
-    peers: dict[int, int] = {}
-    sockets: dict[int, socket.socket] = {}
+    relay = _EpollRelay(port, upstream)
     while True:
-        for fd, _ in poller.poll():
-            if fd == listener.fileno():
-                pair = accept_pair(listener, upstream)
-                if pair is None:
-                    continue
-                client, broker = pair
-                for sock in pair:
-                    sock.setblocking(False)
-                    sockets[sock.fileno()] = sock
-                    poller.register(sock.fileno(), select.EPOLLIN)
-                peers[client.fileno()], peers[broker.fileno()] = broker.fileno(), client.fileno()
-                continue
-            try:
-                data = os.read(fd, 262144)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                for end in (fd, peers.pop(fd, -1)):
-                    peers.pop(end, None)
-                    sock = sockets.pop(end, None)
-                    if sock is not None:
-                        poller.unregister(end)
-                        sock.close()
-                continue
-            out = sockets.get(peers.get(fd, -1))
-            if out is not None:
-                out.setblocking(True)  # small frames: taken whole, but never lose a byte
-                with contextlib.suppress(OSError):
-                    out.sendall(data)
-                out.setblocking(False)
+        for fd, _ in relay.poller.poll():
+            relay.ready(fd)
+
+
+def serve_hub(port: int, upstream: tuple[str, int]) -> None:
+    """The epoll relay's loop as one trio task that waits for the epoll's own descriptor:
+    one trio wake-up per pass whatever the number of sockets, no task per socket."""
+    import trio
+
+    relay = _EpollRelay(port, upstream)
+
+    async def loop() -> None:
+        while True:
+            await trio.lowlevel.wait_readable(relay.poller.fileno())
+            for fd, _ in relay.poller.poll(0):
+                relay.ready(fd)
+
+    trio.run(loop)
 
 
 def serve_trio(port: int, upstream: tuple[str, int]) -> None:
@@ -230,5 +261,5 @@ def serve_lane(port: int, upstream: tuple[str, int]) -> None:
 
 if __name__ == "__main__":
     kind, listen_port, host, upstream_port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    serve = {"epoll": serve_epoll, "trio": serve_trio, "lane": serve_lane}[kind]
+    serve = {"epoll": serve_epoll, "hub": serve_hub, "trio": serve_trio, "lane": serve_lane}[kind]
     serve(listen_port, (host, upstream_port))

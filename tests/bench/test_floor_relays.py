@@ -32,7 +32,7 @@ def test_the_harness_forwards_every_request_and_answers_each() -> None:
     assert measure(rounds=5, per_pass=4) > 0
 
 
-@pytest.mark.parametrize("kind", ["epoll", "trio", "splice"])
+@pytest.mark.parametrize("kind", ["epoll", "hub", "trio", "splice"])
 def test_a_floor_relay_copies_both_ways_unchanged(kind: str) -> None:
     echo = socket.create_server(("127.0.0.1", 0))
     upstream_port = echo.getsockname()[1]

@@ -95,10 +95,10 @@ def worker_pids(server: SidecarServer) -> dict[int, int]:
 def start_hop(logs: Path, kind: str, upstream: TansuServer) -> Service:
     """A bare relay in front of ``upstream``: ``relay`` (:mod:`tests.bench.relay`, two
     blocking Python threads per connection), ``socat`` (C, a forked process per
-    connection), or ``epoll``, ``trio`` and ``lane`` (:mod:`tests.bench.floor_relays`; the
+    connection), or ``epoll``, ``hub``, ``trio`` and ``lane`` (:mod:`tests.bench.floor_relays`; the
     last runs the sidecar's forwarded lane on a plain epoll loop)."""
     def build(port: int) -> ManagedProcess:
-        if kind in ("epoll", "trio", "lane"):  # tests.bench.floor_relays: where an event loop's floor lies
+        if kind in ("epoll", "hub", "trio", "lane"):  # tests.bench.floor_relays: where an event loop's floor lies
             argv = [sys.executable, "-m", "tests.bench.floor_relays", kind, str(port), upstream.host,
                     str(upstream.port)]
         elif kind == "socat":
@@ -172,7 +172,7 @@ LOADS = (
     Load("produce-1-16x16", "Produce v10, 1 record × 1 KiB, acks=1, 16 connections × 16", _produce(16), 16,
          ("direct", "socat", "relay", "lane", "w1", "w2"), _check_produce),
     Load("produce-1-1x1", "Produce v10, 1 record × 1 KiB, acks=1, one connection, one in flight", _produce(1), 1,
-         ("direct", "socat", "relay", "epoll", "trio", "lane", "w1"), _check_produce),
+         ("direct", "socat", "relay", "epoll", "hub", "trio", "lane", "w1"), _check_produce),
 )
 
 
@@ -215,7 +215,7 @@ def saturation(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
     relay), ``workers=1`` and ``workers=2``, in turns (``--loads`` and ``--targets`` choose)."""
     results: dict[str, Any] = {}
     loads = [load for load in LOADS if not args.loads or load.name in args.loads]
-    wanted = set(args.targets or ("direct", "socat", "relay", "epoll", "trio", "lane", "w1", "w2"))
+    wanted = set(args.targets or ("direct", "socat", "relay", "epoll", "hub", "trio", "lane", "w1", "w2"))
     with start_broker(logs) as broker, contextlib.ExitStack() as stack:
         create_topic(broker.bootstrap, TOPIC, PARTITIONS)
         servers: dict[str, SidecarServer] = {}
@@ -223,7 +223,7 @@ def saturation(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
         for workers in (1, 2):
             if f"w{workers}" in wanted:
                 servers[f"w{workers}"] = stack.enter_context(sidecar(logs, broker, workers))
-        for kind in ("socat", "relay", "epoll", "trio", "lane"):
+        for kind in ("socat", "relay", "epoll", "hub", "trio", "lane"):
             if kind in wanted and any(kind in load.targets for load in loads):
                 hops[kind] = stack.enter_context(start_hop(logs, kind, broker))
         broker_pid = broker.process.pid
@@ -599,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="profile: sidecar.workers of the profiled sidecar")
     parser.add_argument("--loads", nargs="*", default=[], help="saturation: these workloads only (names)")
     parser.add_argument("--targets", nargs="*", default=[],
-                        help="saturation: these targets only (direct socat relay epoll trio lane w1 w2)")
+                        help="saturation: these targets only (direct socat relay epoll hub trio lane w1 w2)")
     args = parser.parse_args(argv)
     if not (0 < args.seconds <= 60 and 1 <= args.repeats <= 10 and 1 <= args.generators <= 8
             and 1 <= args.connections <= 5000 and 0 < args.storm_seconds <= 120 and 0 < args.limit <= 200):
