@@ -49,6 +49,7 @@ from typing import Any
 from uuid import UUID
 
 from coordinator.errors import Code, GroupError
+from coordinator.messages.admin import AUTHORIZED_OPERATIONS_OMITTED
 from coordinator.messages.common import Client, TopicPartitions, Wire
 from coordinator.messages.consumer import ConsumerGroupHeartbeatResponse
 from coordinator.share_assignor import (
@@ -69,8 +70,6 @@ JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 #: Kafka 4.3 starts a group's epoch and its assignment epoch at 1 (KAFKA-20268).
 INITIAL_EPOCH = 1
-#: ShareGroupDescribe's ``AuthorizedOperations`` when not asked for.
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 SESSION = "share.session"
 
 
@@ -179,7 +178,8 @@ class DescribedShareGroup:
     assignment_epoch: int = 0
     assignor_name: str = ""
     members: tuple[DescribedShareMember, ...] = ()
-    #: Filled by the shell from the ACLs when asked (IncludeAuthorizedOperations).
+    #: The ``AuthorizedOperations`` bitfield, filled by the shell from the ACLs when asked
+    #: (IncludeAuthorizedOperations), for a group described without an error.
     authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED
 
     def to_wire(self) -> Wire:

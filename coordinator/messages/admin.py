@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator.errors import Code
@@ -12,7 +12,8 @@ from coordinator.messages.common import Wire, opt
 #: FindCoordinator KeyType values (``FindCoordinatorRequest.CoordinatorType``).
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-#: DescribeGroups/ConsumerGroupDescribe: "authorized operations not requested".
+#: DescribeGroups/ConsumerGroupDescribe/ShareGroupDescribe: "authorized operations not
+#: requested" (Int.MinValue, the schemas' default).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
@@ -135,6 +136,14 @@ class DescribedGroup:
     protocol_type: str = ""
     protocol_data: str = ""
     members: tuple[DescribedMember, ...] = ()
+    #: The ``AuthorizedOperations`` bitfield, filled by the shell from the ACLs when asked.
+    authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED
+
+
+def _answered_ok(group: DescribedGroup, version: int) -> bool:
+    """True when ``group`` goes on the wire without an error at ``version``: before v6
+    (KIP-1043) an unknown group is described as ``Dead`` without an error."""
+    return group.error is Code.NONE or (version < 6 and group.error is Code.GROUP_ID_NOT_FOUND)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,13 +152,22 @@ class DescribeGroupsResponse:
 
     groups: tuple[DescribedGroup, ...]
 
+    def with_authorized_operations(self, version: int, operations: Callable[[str], int]) -> DescribeGroupsResponse:
+        """This answer with ``operations(group_id)`` as the AuthorizedOperations of every
+        group answered without an error at ``version`` (Kafka's ``handleDescribeGroupsRequest``
+        fills those only, the ``Dead`` of an unknown group before v6 included)."""
+        return replace(self, groups=tuple(
+            replace(g, authorized_operations=operations(g.group_id)) if _answered_ok(g, version) else g
+            for g in self.groups))
+
     def to_wire(self, version: int) -> Wire:
         """To a DescribeGroups response body. Before v6 (KIP-1043) an unknown group is
         described as ``Dead`` without an error."""
         out = []
         for g in self.groups:
             if version < 6 and g.error is Code.GROUP_ID_NOT_FOUND:
-                g = DescribedGroup(group_id=g.group_id, group_state="Dead")
+                g = DescribedGroup(group_id=g.group_id, group_state="Dead",
+                                   authorized_operations=g.authorized_operations)
             out.append({
                 "ErrorCode": int(g.error), "ErrorMessage": g.error_message, "GroupId": g.group_id,
                 "GroupState": g.group_state, "ProtocolType": g.protocol_type,
@@ -158,7 +176,7 @@ class DescribeGroupsResponse:
                              "ClientId": m.client_id, "ClientHost": m.client_host,
                              "MemberMetadata": m.metadata, "MemberAssignment": m.assignment}
                             for m in g.members],
-                "AuthorizedOperations": AUTHORIZED_OPERATIONS_OMITTED,
+                "AuthorizedOperations": g.authorized_operations,
             })
         return {"Groups": out}
 

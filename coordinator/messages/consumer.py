@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
 from coordinator.errors import Code
+from coordinator.messages.admin import AUTHORIZED_OPERATIONS_OMITTED
 from coordinator.messages.common import TopicPartitions, Wire, opt
 
 
@@ -130,6 +131,8 @@ class DescribedConsumerGroup:
     assignment_epoch: int = 0
     assignor_name: str = ""
     members: tuple[DescribedConsumerMember, ...] = ()
+    #: The ``AuthorizedOperations`` bitfield, filled by the shell from the ACLs when asked.
+    authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,6 +140,14 @@ class ConsumerGroupDescribeResponse:
     """ConsumerGroupDescribe answer."""
 
     groups: tuple[DescribedConsumerGroup, ...]
+
+    def with_authorized_operations(self, operations: Callable[[str], int]) -> ConsumerGroupDescribeResponse:
+        """This answer with ``operations(group_id)`` as the AuthorizedOperations of every
+        group described without an error (Kafka's ``handleConsumerGroupDescribe`` fills those
+        only)."""
+        return replace(self, groups=tuple(
+            replace(g, authorized_operations=operations(g.group_id)) if g.error is Code.NONE else g
+            for g in self.groups))
 
     def to_wire(self, version: int) -> Wire:
         """To a ConsumerGroupDescribe response body (MemberType exists from v1)."""
@@ -165,6 +176,7 @@ class ConsumerGroupDescribeResponse:
                     }
                     for m in g.members
                 ],
+                "AuthorizedOperations": g.authorized_operations,
             }
             for g in self.groups
         ]}

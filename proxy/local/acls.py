@@ -16,14 +16,19 @@ and ``ksidecar acls`` manage them. Kafka's rules (``AclApis``, ``AclAuthorizer``
 
 Writes go through the ACL directory (:class:`~proxy.local.ports.AclDirectory`) as an
 answer-later: the connection reads on while ZooKeeper is written.
+
+:func:`group_operations` serves the other local APIs: the AuthorizedOperations of a group
+that the group-describe answers carry when asked (:mod:`proxy.auth.acl.authorized`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from protocol.apis import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, ApiRegistry
 from protocol.errors import ErrorCode
+from proxy.auth.acl.authorized import authorized_operations
 from proxy.auth.acl.model import (
     CLUSTER_NAME,
     AclBinding,
@@ -63,6 +68,17 @@ def _allowed(context: Context, operation: Operation) -> bool:
     assert acls is not None
     return acls.authorizer.authorize(context.principal, context.peer[0], operation, ResourceType.CLUSTER,
                                      CLUSTER_NAME)
+
+
+def group_operations(context: Context) -> Callable[[str], int]:
+    """A group id → the AuthorizedOperations of that group for the client of ``context``
+    (its principal, from its IP), from the ACLs as they are now; every group operation when
+    the sidecar keeps no ACLs (``sidecar.authorizer=none``), as Kafka's broker answers
+    without an authorizer."""
+    acls = context.ports.acls
+    authorizer = None if acls is None else acls.authorizer
+    principal, host = context.principal, context.peer[0]
+    return lambda group_id: authorized_operations(authorizer, principal, host, ResourceType.GROUP, group_id)
 
 
 def _filter_problem(filter_: BindingFilter, version: int) -> AclOutcome | None:

@@ -9,6 +9,10 @@ answer-later: the pump reads on, and the slot is filled when the core answers.
 
 FindCoordinator is taken only for group keys (KeyType 0); transaction coordinators are
 the broker's, and such a request is forwarded (and its answer's address rewritten).
+
+DescribeGroups (v3+) and ConsumerGroupDescribe that ask for ``IncludeAuthorizedOperations``
+get each group's AuthorizedOperations filled after the core answers, as Kafka's
+``KafkaApis`` fills them around its coordinator (:func:`proxy.local.acls.group_operations`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from coordinator.messages.classic import (
 from coordinator.messages.common import Client
 from coordinator.messages.consumer import (
     ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
@@ -69,6 +74,7 @@ from protocol.apis import (
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from proxy.local import shares as shares_api
+from proxy.local.acls import group_operations
 from proxy.local.api import Answer, Context, Handler, Later, LocalApi, LocalRequest, Respond, Takes
 from proxy.local.ports import GroupPort, Pending, SharePort
 
@@ -119,6 +125,27 @@ def _consumer_heartbeat(request: LocalRequest, context: Context) -> CoreCall:
     return CoreCall(group_ids_of(req), call)
 
 
+def _describe_groups(request: LocalRequest, context: Context) -> CoreCall:
+    req = DescribeGroupsRequest.from_wire(request.version, _body(request))
+    version = request.version
+
+    def finish(response: DescribeGroupsResponse) -> DescribeGroupsResponse:
+        return response.with_authorized_operations(version, group_operations(context))
+
+    return CoreCall(group_ids_of(req), lambda core, now: core.describe_groups(req),
+                    finish if req.include_authorized_operations else None)
+
+
+def _consumer_group_describe(request: LocalRequest, context: Context) -> CoreCall:
+    req = ConsumerGroupDescribeRequest.from_wire(request.version, _body(request))
+
+    def finish(response: ConsumerGroupDescribeResponse) -> ConsumerGroupDescribeResponse:
+        return response.with_authorized_operations(group_operations(context))
+
+    return CoreCall(group_ids_of(req), lambda core, now: core.consumer_group_describe(req),
+                    finish if req.include_authorized_operations else None)
+
+
 def _simple(parse: Callable[[int, Any], Any], call: Callable[[GroupCoordinator, Any, int], Step[Any]]) -> CallFor:
     """A request that becomes one core call: ``parse(version, body)`` gives the typed request,
     ``call(core, request, now)`` asks the core."""
@@ -139,15 +166,14 @@ CALLS: dict[int, CallFor] = {
     HEARTBEAT: _simple(HeartbeatRequest.from_wire, lambda core, req, now: core.heartbeat(req, now)),
     LEAVE_GROUP: _simple(LeaveGroupRequest.from_wire, lambda core, req, now: core.leave_group(req, now)),
     SYNC_GROUP: _simple(SyncGroupRequest.from_wire, lambda core, req, now: core.sync_group(req, now)),
-    DESCRIBE_GROUPS: _simple(DescribeGroupsRequest.from_wire, lambda core, req, now: core.describe_groups(req)),
+    DESCRIBE_GROUPS: _describe_groups,
     LIST_GROUPS: _simple(ListGroupsRequest.from_wire, lambda core, req, now: core.list_groups(req)),
     TXN_OFFSET_COMMIT: _simple(TxnOffsetCommitRequest.from_wire,
                                lambda core, req, now: core.txn_offset_commit(req)),
     DELETE_GROUPS: _simple(DeleteGroupsRequest.from_wire, lambda core, req, now: core.delete_groups(req, now)),
     OFFSET_DELETE: _simple(OffsetDeleteRequest.from_wire, lambda core, req, now: core.offset_delete(req)),
     CONSUMER_GROUP_HEARTBEAT: _consumer_heartbeat,
-    CONSUMER_GROUP_DESCRIBE: _simple(ConsumerGroupDescribeRequest.from_wire,
-                                     lambda core, req, now: core.consumer_group_describe(req)),
+    CONSUMER_GROUP_DESCRIBE: _consumer_group_describe,
 }
 
 
@@ -158,9 +184,16 @@ class CoreCall:
 
     group_ids: tuple[str, ...]
     fn: Callable[[GroupCoordinator, int], Step[Any]]
+    #: What the handler makes of the core's answer before encoding it (the describe
+    #: answers' AuthorizedOperations), ``None``: the answer as it is.
+    finish: Callable[[Any], Response] | None = None
 
     def __call__(self, core: GroupCoordinator, now: int) -> Step[Any]:
         return self.fn(core, now)
+
+    def finished(self, response: Response) -> Response:
+        """The core's ``response`` as the client gets it."""
+        return response if self.finish is None else self.finish(response)
 
 
 def group_ids_of(request: Any) -> tuple[str, ...]:
@@ -197,12 +230,12 @@ def handler(call_for: CallFor, api: str) -> Handler:
         call = call_for(request, context)
         outcome = _port(context).run(call, api, call.group_ids)
         if not isinstance(outcome, Pending):
-            return Respond(body=outcome.to_wire(version))
+            return Respond(body=call.finished(outcome).to_wire(version))
         pending: Pending[Response] = outcome
 
         async def answer() -> Respond:
             response = await pending.wait()
-            return Respond(body=response.to_wire(version))
+            return Respond(body=call.finished(response).to_wire(version))
 
         return Later(answer=answer)
 
@@ -230,15 +263,15 @@ def _with_share_groups(request: LocalRequest, context: Context, shares: SharePor
 
         return Later(answer=listed)
     if request.api_key == DESCRIBE_GROUPS:
-        describe = DescribeGroupsRequest.from_wire(version, _body(request))
+        describe = _describe_groups(request, context)
 
         async def described() -> Respond:
-            answer = await core_answer(CoreCall(describe.groups, lambda core, now: core.describe_groups(describe)))
-            ours = await shares_api.share_group_ids(shares, describe.groups)
+            answer = await core_answer(describe)
+            ours = await shares_api.share_group_ids(shares, describe.group_ids)
             groups = tuple(DescribedGroup(group_id=g.group_id, error=Code.GROUP_ID_NOT_FOUND,
                                           error_message=f"Group {g.group_id} is not a classic group.")
                            if g.group_id in ours else g for g in answer.groups)
-            return Respond(body=DescribeGroupsResponse(groups=groups).to_wire(version))
+            return Respond(body=describe.finished(DescribeGroupsResponse(groups=groups)).to_wire(version))
 
         return Later(answer=described)
     delete = DeleteGroupsRequest.from_wire(version, _body(request))

@@ -13,8 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from coordinator.errors import Code
 from coordinator.features import GATED_APIS
-from coordinator.messages.admin import ListedGroup, ListGroupsRequest, ListGroupsResponse
+from coordinator.messages.admin import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from coordinator.messages.common import Client
 from coordinator.share_group import ShareGroupHeartbeatRequest
 from protocol.apis import (
@@ -28,6 +34,7 @@ from protocol.apis import (
     ApiRegistry,
 )
 from protocol.errors import ErrorCode
+from proxy.local.acls import group_operations
 from proxy.local.api import Answer, Context, Handler, Later, LocalApi, LocalRequest, Respond
 from proxy.local.ports import SharePort
 
@@ -73,7 +80,7 @@ def _gated_off(request: LocalRequest, context: Context) -> dict[str, Any] | None
         return {"ThrottleTimeMs": 0, "Groups": [
             {"GroupId": group, "ErrorCode": ErrorCode.UNSUPPORTED_VERSION, "ErrorMessage": message,
              "GroupState": "", "GroupEpoch": 0, "AssignmentEpoch": 0, "AssignorName": "", "Members": [],
-             "AuthorizedOperations": -2147483648}
+             "AuthorizedOperations": AUTHORIZED_OPERATIONS_OMITTED}
             for group in _body(request)["GroupIds"]]}
     answer: dict[str, Any] = {"ThrottleTimeMs": 0, "ErrorCode": ErrorCode.UNSUPPORTED_VERSION, "ErrorMessage": message}
     if request.api_key == SHARE_GROUP_HEARTBEAT:
@@ -104,13 +111,21 @@ def _heartbeat(request: LocalRequest, context: Context) -> Answer:
 
 
 def _describe(request: LocalRequest, context: Context) -> Answer:
+    """ShareGroupDescribe; the groups described without an error carry their
+    AuthorizedOperations when the request asks (Kafka's ``handleShareGroupDescribe``)."""
     body = _body(request)
     group_ids = tuple(body["GroupIds"])
+    include = bool(body["IncludeAuthorizedOperations"])
     port = _port(context)
 
     async def answer() -> Respond:
         await port.load_groups(group_ids)
-        return Respond(body={"ThrottleTimeMs": 0, "Groups": [g.to_wire() for g in port.describe(group_ids)]})
+        groups = port.describe(group_ids)
+        if include:
+            operations = group_operations(context)
+            groups = tuple(replace(g, authorized_operations=operations(g.group_id)) if g.error is Code.NONE else g
+                           for g in groups)
+        return Respond(body={"ThrottleTimeMs": 0, "Groups": [g.to_wire() for g in groups]})
 
     return Later(answer=answer)
 

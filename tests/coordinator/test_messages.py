@@ -224,6 +224,21 @@ def test_describe_groups(version: int) -> None:
         (69, "") if version >= 6 else (0, "Dead"))
 
 
+@pytest.mark.parametrize("version", [v for v in versions(15) if v >= 3])
+def test_describe_groups_authorized_operations(version: int) -> None:
+    resp = DescribeGroupsResponse(groups=(
+        DescribedGroup(group_id="g", group_state="Empty"),
+        DescribedGroup(group_id="x", error=Code.GROUP_ID_NOT_FOUND, error_message="Group x not found."),
+        DescribedGroup(group_id="n", error=Code.NOT_COORDINATOR)))
+    ops = {"g": 264, "x": 3400, "n": 8}
+    assert [g["AuthorizedOperations"] for g in response(15, version, resp.to_wire(version))["Groups"]] == [
+        -2147483648] * 3
+    filled = response(15, version, resp.with_authorized_operations(version, ops.__getitem__).to_wire(version))
+    # Before v6 the unknown group is Dead without an error, and Kafka fills it too.
+    assert [(g["ErrorCode"], g["AuthorizedOperations"]) for g in filled["Groups"]] == [
+        (0, 264), (0, 3400) if version < 6 else (69, -2147483648), (16, -2147483648)]
+
+
 def test_delete_groups() -> None:
     for version in versions(42):
         req = DeleteGroupsRequest.from_wire(version, request(42, version, GroupsNames=["a"]))
@@ -263,3 +278,8 @@ def test_consumer_group_describe(version: int) -> None:
                                          target_assignment=(part,)),)),))
     out = response(69, version, resp.to_wire(version))
     assert out["Groups"][0]["Members"][0]["Assignment"]["TopicPartitions"][0]["TopicName"] == "t"
+    assert out["Groups"][0]["AuthorizedOperations"] == -2147483648
+    two = ConsumerGroupDescribeResponse(groups=(resp.groups[0], DescribedConsumerGroup(
+        group_id="x", error=Code.GROUP_ID_NOT_FOUND, error_message="Group x not found.")))
+    filled = response(69, version, two.with_authorized_operations({"g": 264, "x": 3400}.__getitem__).to_wire(version))
+    assert [(g["ErrorCode"], g["AuthorizedOperations"]) for g in filled["Groups"]] == [(0, 264), (69, -2147483648)]
