@@ -3,9 +3,11 @@
 One Unix stream per worker carries every remote call of that worker, multiplexed: a call
 and its answer share an id, answers come back in any order (a JoinGroup may wait for its
 rebalance while heartbeats pass it), and a call the worker gives up on (its client left)
-is cancelled at the owner. Each message is ``size:u32 kind:u8 id:u32`` then, for a call
-or an answer, ``meta size:u32``, the metadata (packed fields, see :func:`call_message` and
-:func:`answer_message`) and the body's bytes.
+is cancelled at the owner; a client connection that made calls is said to have ended
+(``ENDED``, after its last call), so that the owner ends what it keeps for it. Each message
+is ``size:u32 kind:u8 id:u32`` then, for a call, an answer or an end, ``meta size:u32``,
+the metadata (packed fields, see :func:`call_message`, :func:`answer_message` and
+:func:`ended_message`) and the body's bytes.
 
 :class:`OwnerClient` is the worker's end (a :class:`~proxy.local.remote.Owner`);
 :func:`serve_calls` is the owner's, one per worker.
@@ -26,7 +28,7 @@ from proxy.local.remote import RemoteCall
 
 log = logging.getLogger(__name__)
 
-CALL, CANCEL, ANSWER = 1, 2, 3
+CALL, CANCEL, ANSWER, ENDED = 1, 2, 3, 4
 _HEAD = struct.Struct(">IBI")
 _META = struct.Struct(">I")
 #: Larger than any request or answer the owned APIs carry; a bigger one is a broken peer.
@@ -66,7 +68,7 @@ class Decoder:
         buffer += data
         while len(buffer) >= _HEAD.size:
             size, kind, call_id = _HEAD.unpack_from(buffer)
-            if size < _HEAD.size - 4 or size > MAX_MESSAGE or kind not in (CALL, CANCEL, ANSWER):
+            if size < _HEAD.size - 4 or size > MAX_MESSAGE or kind not in (CALL, CANCEL, ANSWER, ENDED):
                 raise ChannelError(f"bad message head: size {size}, kind {kind}")
             end = 4 + size
             if len(buffer) < end:
@@ -152,6 +154,27 @@ def read_call(message: Message) -> RemoteCall:
                       client_software=(name, version) if name is not None and version is not None else None,
                       api_key=api_key, api_version=api_version, correlation_id=correlation_id,
                       client_id=client_id, body=message.body)
+
+
+# An end's metadata: the client's port, then two strings (listener, host).
+_ENDED = struct.Struct(">H")
+
+
+def ended_message(listener: str, peer: tuple[str, int]) -> bytes:
+    """The message that says a worker's client connection ended (call id 0)."""
+    return encode(ENDED, 0, _ENDED.pack(peer[1]) + _strings(listener, peer[0]))
+
+
+def read_ended(message: Message) -> tuple[str, tuple[str, int]]:
+    """The listener and client address an ENDED message names."""
+    meta = message.meta
+    if len(meta) < _ENDED.size:
+        raise ChannelError(f"an end's metadata of {len(meta)} bytes")
+    (port,) = _ENDED.unpack_from(meta)
+    listener, host = _read_strings(meta, _ENDED.size, 2)
+    if listener is None or host is None:
+        raise ChannelError("an end without its listener or host")
+    return listener, (host, port)
 
 
 def answer_message(call_id: int, answer: Respond | Close) -> bytes:
@@ -252,6 +275,12 @@ class OwnerClient:
         self._outbox.put(call_message(call_id, request))
         return pending
 
+    def connection_ended(self, listener: str, peer: tuple[str, int]) -> None:
+        """Tell the owner that a client connection which made calls ended (after every
+        call and cancel of it, the channel keeps their order)."""
+        if self._broken is None:
+            self._outbox.put(ended_message(listener, peer))
+
     def _cancel(self, call_id: int) -> None:
         if self._waiting.pop(call_id, None) is not None and self._broken is None:
             self._outbox.put(encode(CANCEL, call_id))
@@ -342,9 +371,15 @@ class Pending:
 Begun = Respond | Close | Callable[[], Awaitable[Respond | Close]]
 
 
-async def serve_calls(stream: trio.abc.Stream, begin: Callable[[RemoteCall], Begun], name: str) -> None:
+def _nothing_ended(_listener: str, _peer: tuple[str, int]) -> None:
+    """What a channel that keeps nothing per connection does when one ends."""
+
+
+async def serve_calls(stream: trio.abc.Stream, begin: Callable[[RemoteCall], Begun], name: str,
+                      ended: Callable[[str, tuple[str, int]], None] = _nothing_ended) -> None:
     """The owner's end for one worker (``name`` in logs). Each call begins as it is read, in
-    order; an answer that comes later is awaited in its own task."""
+    order; an answer that comes later is awaited in its own task; ``ended`` hears of each
+    client connection that ended (``ENDED``), in its place among the calls."""
     wire = wire_for(stream)
     outbox = Outbox(wire)
     running: dict[int, trio.CancelScope] = {}
@@ -380,6 +415,8 @@ async def serve_calls(stream: trio.abc.Stream, begin: Callable[[RemoteCall], Beg
                         nursery.start_soon(finish, message.call_id, call, begun)
                 elif message.kind == CANCEL and (scope := running.get(message.call_id)) is not None:
                     scope.cancel()
+                elif message.kind == ENDED:
+                    ended(*read_ended(message))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(outbox.run)

@@ -6,18 +6,33 @@ one of their requests sends it here; :class:`OwnerService` answers it with the v
 handlers a single-process sidecar runs, under a :class:`~proxy.local.api.Context` rebuilt
 from what the worker knew of the client (listener, address, principal, software), and
 returns the answer's body encoded, ready for the worker to frame.
+
+What a local API keeps per client connection (``Context.extra``, ``Context.closing``: a
+share session ends with its connection) lives here in a :class:`WorkerConnections`, one per
+worker: the calls of one client connection share it, and it ends when the worker says the
+connection ended, or when the worker's channel does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from protocol.apis import ApiRegistry
 from protocol.errors import ProtocolError
 from protocol.headers import RequestHeader
 from protocol.leniency import Leniency
 from protocol.schema import encode
-from proxy.local.api import Close, Context, Later, LocalApiTable, LocalRequest, Respond
+from proxy.local.api import (
+    Close,
+    Context,
+    Later,
+    LocalApiTable,
+    LocalRequest,
+    Respond,
+    connection_ended,
+)
 from proxy.local.ports import Ports
 from proxy.local.remote import RemoteCall
 from proxy.local.table import TableSpec, owned_entries
@@ -32,11 +47,16 @@ class OwnerService:
         self.leniency = leniency
         self.table = LocalApiTable(owned_entries(registry, spec))
 
-    def begin(self, call: RemoteCall) -> Respond | Close | Callable[[], Awaitable[Respond | Close]]:
+    def worker(self, name: str) -> WorkerConnections:
+        """The client connections of the worker ``name`` (one per call channel)."""
+        return WorkerConnections(self, name)
+
+    def begin(self, call: RemoteCall, kept: Kept | None = None) -> Respond | Close | Callable[[], Awaitable[Respond | Close]]:
         """Run the API's handler for ``call`` now, as a single process runs it when the
         request is read (calls begin in the order they arrive, so the shared state changes
         in the order the client asked); an answer-later is returned to be awaited. Bodies
-        come back encoded."""
+        come back encoded. ``kept``: what the handlers keep for the call's client connection
+        (none: a context of its own)."""
         entry = self.table.get(call.api_key)
         named = f"api key {call.api_key} v{call.api_version}"
         if entry is None:  # the worker's table and ours are built from one configuration
@@ -51,6 +71,8 @@ class OwnerService:
                                header_version=0, size=0)
         context = Context(listener=call.listener, peer=call.peer, ports=self.ports, principal=call.principal,
                           client_software=call.client_software)
+        if kept is not None:
+            context.extra, context.closing = kept.extra, kept.closing
         try:
             answer = entry.handler(LocalRequest(header=header, body=body, raw=call.body), context)
         except ProtocolError as exc:
@@ -78,3 +100,41 @@ class OwnerService:
         version = call.api_version if answer.version is None else answer.version
         return Respond(body=encode(self.registry.api(call.api_key).response, version, answer.body),
                        version=answer.version)
+
+
+@dataclass(slots=True)
+class Kept:
+    """What the owner's local APIs keep for one client connection of a worker."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+    closing: list[Callable[[], None]] = field(default_factory=list)
+
+
+class WorkerConnections:
+    """The client connections of one worker that made calls, each with what is kept for it
+    until the worker says it ended (:meth:`ended`) or the worker's channel ends
+    (:meth:`close`): then its ``closing`` callbacks run, as a single process runs them."""
+
+    def __init__(self, service: OwnerService, name: str) -> None:
+        self.service = service
+        self.name = name
+        self.kept: dict[tuple[str, tuple[str, int]], Kept] = {}
+
+    def begin(self, call: RemoteCall) -> Respond | Close | Callable[[], Awaitable[Respond | Close]]:
+        """:meth:`OwnerService.begin` with what is kept for the call's client connection."""
+        kept = self.kept.get((call.listener, call.peer))
+        if kept is None:
+            kept = self.kept[(call.listener, call.peer)] = Kept()
+        return self.service.begin(call, kept)
+
+    def ended(self, listener: str, peer: tuple[str, int]) -> None:
+        """The worker's client connection at ``peer`` on ``listener`` ended."""
+        kept = self.kept.pop((listener, peer), None)
+        if kept is not None:
+            connection_ended(kept.closing)
+
+    def close(self) -> None:
+        """The worker's channel ended: so did every connection it served."""
+        kept, self.kept = self.kept, {}
+        for each in kept.values():
+            connection_ended(each.closing)

@@ -214,9 +214,10 @@ class Supervisor:
         log.info("worker %d started (pid %s)", worker.index, process.pid)
         was_ready, exitcode = False, None
         calls = trio.SocketStream(trio.socket.from_stdlib_socket(calls_ours))
+        connections = self.owner.worker(f"worker {worker.index}")
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(serve_calls, calls, self.owner.begin, f"worker {worker.index}")
+                nursery.start_soon(serve_calls, calls, connections.begin, connections.name, connections.ended)
                 heard_all = trio.Event()
                 nursery.start_soon(self._listen, worker, channel, heard_all, nursery)
                 exitcode = await process.wait()
@@ -224,6 +225,7 @@ class Supervisor:
                     await heard_all.wait()
                 nursery.cancel_scope.cancel()
         finally:
+            connections.close()  # the worker's client connections ended with it
             was_ready = worker.ready
             worker.ready, worker.channel = False, None
             self._ready_changed.set()

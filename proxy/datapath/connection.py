@@ -265,11 +265,7 @@ class Connection:
             self._held = 0
             if self.tap is not None:
                 self._observe_unanswered()
-            for closed in self.context.closing:  # a local API's state of this connection
-                try:
-                    closed()
-                except Exception:  # a bug there costs nothing but its own log line
-                    log.exception("a local API's connection-closed callback failed")
+            self.context.end()  # a local API's state of this connection (a share session)
             await self.link.close()
             if reason == "drained":
                 await self._close_gently()

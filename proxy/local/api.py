@@ -26,6 +26,7 @@ the table (:meth:`LocalApiTable.served`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,6 +34,8 @@ from typing import Any, Protocol
 from protocol.headers import RequestHeader
 from proxy.auth.sasl.session import Session
 from proxy.local.ports import Ports
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,10 +126,25 @@ class Context:
     client_software: tuple[str, str] | None = None
     #: Facts a local API keeps per connection (bounded by the APIs that use it).
     extra: dict[str, Any] = field(default_factory=dict)
-    #: Called once when the client connection ends (a share session ends with it); a
-    #: context made for a request another process sent (``sidecar.workers``) has no
-    #: connection, and its callbacks are never called.
+    #: Called once when the client connection ends (a share session ends with it). With
+    #: ``sidecar.workers``, the owner process keeps one list per client connection of a
+    #: worker, called when the worker says the connection ended (:mod:`proxy.control.owner`).
     closing: list[Callable[[], None]] = field(default_factory=list)
+
+    def end(self) -> None:
+        """The connection ended: each :attr:`closing` callback is called, once."""
+        callbacks, self.closing = self.closing, []
+        connection_ended(callbacks)
+
+
+def connection_ended(closing: Iterable[Callable[[], None]]) -> None:
+    """Call a connection's ``closing`` callbacks; one that fails costs its own log line,
+    never the others."""
+    for closed in closing:
+        try:
+            closed()
+        except Exception:
+            log.exception("a local API's connection-closed callback failed")
 
 
 class Handler(Protocol):

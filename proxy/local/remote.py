@@ -7,13 +7,16 @@ about the request itself (its own SASL session, the ACL filter, the operators' f
 whether the entry ``takes`` it); only the handler moves. :func:`remote` swaps an entry's
 handler for one that sends a :class:`RemoteCall` to the owner as the request is read, and answers
 :class:`~proxy.local.api.Later` with what comes back, so the client's answer keeps its
-place in the response order as any other answer-later does.
+place in the response order as any other answer-later does. A connection that sent calls
+tells the owner when it ends (:meth:`Owner.connection_ended`), so what the owner's local APIs
+keep per connection ends with it, as in a single process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Protocol
 
 from proxy.local.api import Answer, Close, Context, Later, LocalApi, LocalRequest, Respond
@@ -56,6 +59,15 @@ class Owner(Protocol):
         """Send ``request`` now: calls reach the owner in the order they were read."""
         ...
 
+    def connection_ended(self, listener: str, peer: tuple[str, int]) -> None:
+        """A client connection that sent calls ended (after its last call and any cancel):
+        the owner ends what its local APIs keep for it (share sessions)."""
+        ...
+
+
+#: The :attr:`Context.extra` key that says the owner will be told of the connection's end.
+_ENDS_AT_OWNER = "remote.ends_at_owner"
+
 
 def remote(entries: Iterable[LocalApi], owner: Owner) -> list[LocalApi]:
     """``entries`` with their handlers sent to ``owner``; the body is not decoded here."""
@@ -71,6 +83,9 @@ class _Forwarded:
         self.owner = owner
 
     def __call__(self, request: LocalRequest, context: Context) -> Answer:
+        if not context.extra.get(_ENDS_AT_OWNER):  # the owner hears of this connection's end, once
+            context.extra[_ENDS_AT_OWNER] = True
+            context.closing.append(partial(self.owner.connection_ended, context.listener, context.peer))
         header = request.header
         call = RemoteCall(
             listener=context.listener, peer=context.peer, principal=context.principal,

@@ -52,14 +52,15 @@ def test_answers_round_trip_respond_and_close_with_a_last_answer() -> None:
 
 @given(st.lists(st.integers(min_value=1, max_value=40), max_size=30))
 def test_messages_split_anywhere_decode_the_same(cuts: list[int]) -> None:
-    stream = calls.call_message(1, CALL) + calls.encode(calls.CANCEL, 2) + calls.answer_message(3, Respond(body=b"x"))
+    stream = (calls.call_message(1, CALL) + calls.encode(calls.CANCEL, 2) + calls.answer_message(3, Respond(body=b"x"))
+              + calls.ended_message("PLAINTEXT", ("127.0.0.1", 9)))
     decoder, at = Decoder(), 0
     got: list[calls.Message] = []
     for cut in cuts:
         got.extend(decoder.feed(stream[at:at + cut]))
         at += cut
     got.extend(decoder.feed(stream[at:]))
-    assert [(m.kind, m.call_id) for m in got] == [(1, 1), (2, 2), (3, 3)]
+    assert [(m.kind, m.call_id) for m in got] == [(1, 1), (2, 2), (3, 3), (4, 0)]
 
 
 @given(st.binary(max_size=200))
@@ -70,6 +71,8 @@ def test_garbage_is_a_channel_error_or_waits_for_more_never_another_error(data: 
                 calls.read_call(message)
             elif message.kind == calls.ANSWER:
                 calls.read_answer(message)
+            elif message.kind == calls.ENDED:
+                calls.read_ended(message)
     except ChannelError:
         pass
 
@@ -257,6 +260,40 @@ async def test_answers_to_a_worker_that_is_gone_are_dropped_and_the_owner_goes_o
         await worker_end.aclose()
         with trio.fail_after(5):
             await ended.wait()
+
+
+def test_an_end_message_names_the_connection_by_hand_and_a_short_one_is_refused() -> None:
+    message = calls.ended_message("PLAINTEXT", ("127.0.0.9", 40000))
+    # size 2+... : kind 4, call id 0, metadata: port 40000, then listener and host
+    meta = b"\x9c\x40" b"\x00\x09PLAINTEXT" b"\x00\x09127.0.0.9"
+    assert message == struct.pack(">IBII", 9 + len(meta), 4, 0, len(meta)) + meta
+    [decoded] = list(Decoder().feed(message))
+    assert calls.read_ended(decoded) == ("PLAINTEXT", ("127.0.0.9", 40000))
+    for bad in (b"\x9c", b"\x9c\x40\x00\x09PLAINTEXT\xff\xff", b"\x9c\x40\x00\x09PLAINTEXT"):
+        with pytest.raises(ChannelError):
+            calls.read_ended(calls.Message(calls.ENDED, 0, bad, b""))
+
+
+async def test_the_owner_hears_of_an_ended_connection_after_its_calls(autojump_clock: trio.testing.MockClock) -> None:
+    worker_end, owner_end = trio.testing.memory_stream_pair()
+    client = OwnerClient(worker_end)
+    heard: list[str] = []
+
+    def begin(call: RemoteCall) -> calls.Begun:
+        heard.append(f"call {call.correlation_id}")
+        return Respond(body=b"ok")
+
+    def ended(listener: str, peer: tuple[str, int]) -> None:
+        heard.append(f"ended {listener} {peer[0]}:{peer[1]}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_calls, owner_end, begin, "worker 0", ended)
+        nursery.start_soon(client.run)
+        client.send(_call(1))
+        client.connection_ended("PLAINTEXT", ("127.0.0.1", 1))
+        assert await client.send(_call(2)).answer() == Respond(body=b"ok")
+        nursery.cancel_scope.cancel()
+    assert heard == ["call 1", "ended PLAINTEXT 127.0.0.1:1", "call 2"]
 
 
 async def _ask(client: OwnerClient, call: RemoteCall) -> Respond | Close:

@@ -88,10 +88,15 @@ async def test_a_workers_table_sends_the_owned_apis_and_keeps_its_own() -> None:
             callback(Respond(body=b"answered"))
             return lambda: None
 
+    ended: list[tuple[str, tuple[str, int]]] = []
+
     class Owner:
         def send(self, request: RemoteCall) -> Answer:
             sent.append(request)  # at once, when the handler runs: calls leave in order
             return Answer()
+
+        def connection_ended(self, listener: str, peer: tuple[str, int]) -> None:
+            ended.append((listener, peer))
 
     local = build_table(REGISTRY, TableSpec(groups=True))
     remote = build_table(REGISTRY, TableSpec(groups=True, owner=Owner()))
@@ -115,6 +120,76 @@ async def test_a_workers_table_sends_the_owned_apis_and_keeps_its_own() -> None:
                                correlation_id=11, client_id="x", body=b"raw body")]
     versions = remote.get(18)  # ApiVersions stays in the worker
     assert versions is not None and isinstance(getattr(versions.handler, "__self__", None), ApiVersionsApi)
+    # A second call on the same connection hooks its end no second time; the owner hears
+    # of the end once, naming the connection, when the connection ends.
+    entry.handler(LocalRequest(header=header, body=None, raw=b"again"), context)
+    assert len(sent) == 2 and ended == []
+    context.end()
+    assert ended == [("SASL", ("10.0.0.1", 9))]
+    context.end()
+    assert ended == [("SASL", ("10.0.0.1", 9))]
+
+
+def _hooking(log: list[str], name: str) -> Any:
+    """A local API that keeps a per-connection fact and hooks the connection's end once,
+    as the share APIs do (proxy/local/shares.py ``_hooked``)."""
+    def handler(request: LocalRequest, context: Context) -> Respond:
+        calls = context.extra.get("calls", 0) + 1
+        context.extra["calls"] = calls
+        if calls == 1:
+            context.closing.append(lambda: log.append(f"{name} {context.peer[1]} ended"))
+        return Respond(body={"ErrorCode": 0, "Entries": [], "ThrottleTimeMs": calls})
+    return handler
+
+
+async def test_the_calls_of_one_client_connection_share_what_the_owner_keeps_until_it_ends() -> None:
+    from dataclasses import replace
+
+    owner = OwnerService(REGISTRY, TableSpec(), _ports(), Leniency())
+    log: list[str] = []
+    entry = owner.table.get(DESCRIBE_CLIENT_QUOTAS)
+    assert entry is not None
+    owner.table = type(owner.table)([replace(entry, handler=_hooking(log, "quotas"))])
+    worker = owner.worker("worker 0")
+    api = REGISTRY.api(DESCRIBE_CLIENT_QUOTAS)
+
+    def throttle(call: RemoteCall) -> int:  # the handler's count of calls on that connection
+        begun = worker.begin(call)
+        assert isinstance(begun, Respond) and isinstance(begun.body, bytes)
+        return int(decode(api.response, 1, begun.body)["ThrottleTimeMs"])
+
+    first = _call(DESCRIBE_CLIENT_QUOTAS, _describe_ip("127.0.0.7"))
+    other = replace(first, peer=("127.0.0.1", 6))
+    assert [throttle(first), throttle(first), throttle(other)] == [1, 2, 1]
+    worker.ended("PLAINTEXT", ("127.0.0.1", 5))
+    assert log == ["quotas 5 ended"]
+    worker.ended("PLAINTEXT", ("127.0.0.1", 5))  # told twice: nothing more
+    assert log == ["quotas 5 ended"]
+    assert throttle(first) == 1  # a new connection from the same address starts afresh
+    worker.close()  # the worker's channel ended: so did both connections still open
+    assert sorted(log) == ["quotas 5 ended", "quotas 5 ended", "quotas 6 ended"]
+    assert worker.kept == {}
+    # The plain begin (no worker) keeps nothing between calls.
+    assert [_count(owner, first), _count(owner, first)] == [1, 1]
+
+
+def _count(owner: OwnerService, call: RemoteCall) -> int:
+    begun = owner.begin(call)
+    assert isinstance(begun, Respond) and isinstance(begun.body, bytes)
+    return int(decode(REGISTRY.api(DESCRIBE_CLIENT_QUOTAS).response, 1, begun.body)["ThrottleTimeMs"])
+
+
+def test_a_closing_callback_that_fails_costs_only_its_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    called: list[int] = []
+
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    context = Context(listener="PLAINTEXT", peer=("127.0.0.1", 1), ports=_ports())
+    context.closing.extend([lambda: called.append(1), broken, lambda: called.append(3)])
+    context.end()
+    assert called == [1, 3]
+    assert "connection-closed callback failed" in caplog.text
 
 
 async def test_a_socket_travels_with_its_message_and_still_carries_the_connection() -> None:

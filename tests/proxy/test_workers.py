@@ -36,7 +36,8 @@ def sidecar(tansu: TansuServer, zookeeper: ZooKeeperServer,
     work = tmp_path_factory.mktemp("workers")
     chroot = f"/ksidecar-tests/workers-{uuid.uuid4().hex[:8]}"
     keys = {"sidecar.workers": "2", "zookeeper.connect": f"{zookeeper.connect}{chroot}",
-            "sidecar.coordinator": "embedded", "group.initial.rebalance.delay.ms": "0"}
+            "sidecar.coordinator": "embedded", "group.initial.rebalance.delay.ms": "0",
+            "super.users": "User:ANONYMOUS"}  # turns share.version on (a share group's test)
     with start_sidecar(work, tansu.bootstrap, name="workers", keys=keys) as server:
         yield server
 
@@ -280,3 +281,41 @@ def test_a_worker_killed_under_producers_and_a_group_loses_no_acknowledged_recor
         check.close()
     assert len(last_commit) == 6
     assert {tp.partition: tp.offset for tp in committed} == last_commit
+
+
+def test_a_share_consumer_connection_closed_on_a_worker_lets_go_of_its_records_at_once(
+        sidecar: SidecarServer) -> None:
+    """As in one process (test_share_groups.py), and as Kafka's share-session cache does:
+    the records a member acquired on a connection go back when that connection closes, long
+    before their 30 s lock. The connection lives on a worker and the share state in the
+    owner: the worker tells the owner the connection ended."""
+    from proxy.tools.admin_client import AdminClient
+    from tests.proxy.test_share_groups import _enable, prepare
+
+    suffix = uuid.uuid4().hex[:8]
+    topic, group = f"closed-w-{suffix}", f"sg-w-{suffix}"
+    _enable(sidecar.bootstrap)
+    prepare(sidecar.bootstrap, topic, group, 10, partitions=1)
+
+    def fetch(member: str) -> list[tuple[int, int, int]]:
+        with AdminClient(sidecar.bootstrap) as admin:  # a connection of its own, closed on return
+            metadata = admin.call(3, 12, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": topic}],
+                                          "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
+            answer = admin.call(78, 1, {
+                "GroupId": group, "MemberId": member, "ShareSessionEpoch": 0, "MaxWaitMs": 200, "MinBytes": 1,
+                "MaxBytes": 1 << 20, "MaxRecords": 100, "BatchSize": 100, "ForgottenTopicsData": [],
+                "Topics": [{"TopicId": metadata.Topics[0].TopicId,
+                            "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": []}]}]})
+        return [(r.FirstOffset, r.LastOffset, r.DeliveryCount) for t in answer.Responses for p in t.Partitions
+                for r in p.AcquiredRecords]
+
+    deadline = time.monotonic() + 10  # far below the 30 s lock
+    first: list[tuple[int, int, int]] = []
+    while not first and time.monotonic() < deadline:  # the topic's first fetch may find it not yet read
+        first = fetch("m1")
+    assert first == [(0, 9, 1)]
+    again: list[tuple[int, int, int]] = []
+    while not again and time.monotonic() < deadline:  # the owner hears of m1's end a moment after it
+        again = fetch("m2")
+        time.sleep(0.05)
+    assert again == [(0, 9, 2)]
