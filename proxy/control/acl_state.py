@@ -29,8 +29,12 @@ class AclState:
     """The sidecar's ACLs and the authorizer over them."""
 
     def __init__(self, zk: ZooKeeper, *, super_users: frozenset[str], allow_if_no_acl: bool,
-                 open_keys: frozenset[int] = frozenset(), topics: TopicDirectory | None = None) -> None:
+                 open_keys: frozenset[int] = frozenset(), topics: TopicDirectory | None = None,
+                 enforcing: bool = True) -> None:
         self.zk = zk
+        #: ``sidecar.authorizer.mode=enforce``; in ``shadow`` mode the ACLs refuse nothing and
+        #: change nothing a client sees.
+        self.enforcing = enforcing
         #: Topic ID → name (Produce v13 and Fetch v13+ name topics by ID only; their ACLs
         #: are by name): the sidecar's one directory, shared with the observers.
         self.topics = topics if topics is not None else TopicDirectory(None)

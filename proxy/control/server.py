@@ -216,7 +216,7 @@ class Sidecar:
             self.acls = AclState(self.zk, super_users=config["super.users"],
                                  allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
                                  open_keys=frozenset({config["sidecar.broker.metadata.api.key"]}),
-                                 topics=self.topics)
+                                 topics=self.topics, enforcing=config["sidecar.authorizer.mode"] == "enforce")
         #: The embedded group coordinator (``sidecar.coordinator=embedded``), else ``None``.
         self.groups: GroupService | None = None
         #: Share groups (KIP-932), served beside the embedded coordinator, else ``None``.

@@ -73,10 +73,10 @@ def _allowed(context: Context, operation: Operation) -> bool:
 def group_operations(context: Context) -> Callable[[str], int]:
     """A group id → the AuthorizedOperations of that group for the client of ``context``
     (its principal, from its IP), from the ACLs as they are now; every group operation when
-    the sidecar keeps no ACLs (``sidecar.authorizer=none``), as Kafka's broker answers
-    without an authorizer."""
+    the sidecar enforces no ACLs (``sidecar.authorizer=none``, or ``shadow`` mode, which
+    changes nothing a client sees), as Kafka's broker answers without an authorizer."""
     acls = context.ports.acls
-    authorizer = None if acls is None else acls.authorizer
+    authorizer = acls.authorizer if acls is not None and acls.enforcing else None
     principal, host = context.principal, context.peer[0]
     return lambda group_id: authorized_operations(authorizer, principal, host, ResourceType.GROUP, group_id)
 

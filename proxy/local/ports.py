@@ -203,6 +203,12 @@ class AclDirectory(Protocol):
         """The authorizer of the current ACL snapshot (replaced on every change)."""
         ...
 
+    @property
+    def enforcing(self) -> bool:
+        """Whether the ACLs are enforced (``sidecar.authorizer.mode=enforce``); in
+        ``shadow`` mode they change nothing a client sees."""
+        ...
+
     def describe(self, filter_: BindingFilter) -> list[AclBinding]:
         """The ACLs the filter matches, as currently known."""
         ...

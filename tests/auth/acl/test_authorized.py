@@ -140,8 +140,9 @@ def test_bitfield_is_kafkas_to32bitfield() -> None:
 class Directory:
     """The ACL directory the handlers reach: only its authorizer."""
 
-    def __init__(self, *bindings: AclBinding) -> None:
+    def __init__(self, *bindings: AclBinding, enforcing: bool = True) -> None:
         self.authorizer = authorizer(*bindings)
+        self.enforcing = enforcing
 
 
 class CorePort:
@@ -226,6 +227,17 @@ def test_describe_groups_fills_what_is_answered_without_error(with_shares: bool)
     not_asked = {**asked, "IncludeAuthorizedOperations": False}
     assert operations(ask(DESCRIBE_GROUPS, 6, not_asked, directory=READERS, with_shares=with_shares)) == {
         "g": (0, OMITTED), "k": (69, OMITTED), "unknown": (69, OMITTED)}
+
+
+def test_in_shadow_mode_the_acls_change_no_answer() -> None:
+    """``sidecar.authorizer.mode=shadow`` refuses nothing, so a client is told it may do
+    everything, as without ACLs (the regex resolution of KIP-848 likewise filters only when
+    enforcing)."""
+    shadow = Directory(*(acl(p, Operation.READ, prefixed=True) for p in ("g", "k", "s")), enforcing=False)
+    asked = {"Groups": ["g"], "IncludeAuthorizedOperations": True}
+    assert operations(ask(DESCRIBE_GROUPS, 6, asked, directory=shadow)) == {"g": (0, ALL_GROUP_OPS)}
+    assert operations(ask(CONSUMER_GROUP_DESCRIBE, 1, {"GroupIds": ["k"], "IncludeAuthorizedOperations": True},
+                          directory=shadow)) == {"k": (0, ALL_GROUP_OPS)}
 
 
 def test_describe_groups_of_a_share_group_before_v6_is_dead_with_operations() -> None:
