@@ -1,4 +1,4 @@
-"""The sidecar's own reads of its broker for share groups (KIP-932): Fetch and ListOffsets.
+"""The sidecar's own reads of the brokers for share groups (KIP-932): Fetch, ListOffsets, leaders.
 
 Theory of operation. A share group's records are the broker's: the sidecar fetches them
 itself, from the offsets its share-partitions ask for, and hands them to members as the
@@ -9,20 +9,31 @@ the broker and the sidecar share, highest first), and gives back, per partition,
 the offsets the answer states (high watermark, last stable offset, log start), the aborted
 transactions and the ``records`` bytes, untouched. A connection that fails is closed; the
 error is the caller's (:class:`~proxy.control.upstream.UpstreamError`).
+
+A share-partition's lag needs its partition's latest offset, which only the partition's
+leader knows (another broker answers NOT_LEADER_OR_FOLLOWER). :meth:`BrokerReader.leaders`
+reads the leaders and the brokers' addresses from the sidecar's own broker's Metadata, and
+:meth:`BrokerReader.list_offsets_at` asks another broker of the cluster at the address that
+answer gives, with the sidecar's upstream TLS and login
+(:meth:`~proxy.control.upstream.Upstream.sibling`) and that broker's own ApiVersions. At
+most :data:`PEER_IDLE_CONNECTIONS` connection to each other broker is kept idle, and
+:meth:`BrokerReader.close_idle_forever` closes it once unused for :data:`PEER_IDLE_SECONDS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from protocol.apis import FETCH, LIST_OFFSETS
+from protocol.apis import FETCH, LIST_OFFSETS, METADATA
 from protocol.errors import ProtocolError
+from proxy.config import HostPort
 from proxy.control.upstream import Upstream
 from proxy.datapath.errors import UpstreamError
+from proxy.local.ports import BrokerAddress
 
 #: Fetch versions the reader speaks: 4 brought isolation levels, 12 is the last with names.
 FETCH_VERSIONS = (4, 12)
@@ -34,6 +45,11 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 #: Connections kept idle for the next fetch.
 IDLE_CONNECTIONS = 4
+#: Connections kept idle to each broker other than the sidecar's own (lag reads only).
+PEER_IDLE_CONNECTIONS = 1
+#: How long a connection to another broker is kept unused before it is closed (seconds;
+#: :meth:`BrokerReader.close_idle_forever` looks every half of it).
+PEER_IDLE_SECONDS = 30.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,59 +74,129 @@ class FetchPosition:
     offset: int
 
 
-class BrokerReader:
-    """Fetch and ListOffsets on connections of the sidecar's own (see the module docstring)."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PartitionLeaders:
+    """Who leads which partitions, as the sidecar's own broker's Metadata answered."""
 
-    def __init__(self, upstream: Upstream, *, partition_max_bytes: int = 1024 * 1024) -> None:
+    #: The leader's broker id of each ``(topic, partition)`` (-1: none).
+    leaders: Mapping[tuple[str, int], int]
+    #: Every broker the answer names, by id, at its address on the sidecar's listener.
+    brokers: Mapping[int, BrokerAddress]
+    #: The sidecar's own broker's id among them (``None``: not known).
+    own: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReaderStatistics:
+    """The reader's idle connections (trio's ``statistics()``)."""
+
+    idle: int
+    #: Idle connections to other brokers, by ``host:port``.
+    peers_idle: Mapping[str, int]
+
+
+class _Pool:
+    """Connections to one broker, opened on demand (ApiVersions, then the login), at most
+    ``keep`` of them kept idle for the next request."""
+
+    def __init__(self, upstream: Upstream, keep: int, *, learn_versions: bool) -> None:
         self.upstream = upstream
-        self.partition_max_bytes = partition_max_bytes
-        self._idle: list[trio.abc.Stream] = []
+        self.keep = keep
+        #: Ask the broker its ApiVersions on each new connection (another broker's may
+        #: differ); else the control connection's are used.
+        self.learn_versions = learn_versions
+        self.ranges: dict[int, tuple[int, int]] | None = None
+        #: Idle connections and when each was last used (trio's clock).
+        self.idle: list[tuple[trio.abc.Stream, float]] = []
 
-    def _version(self, key: int, ours: tuple[int, int]) -> int:
-        info = self.upstream.info
-        if info is None:
-            raise UpstreamError(f"broker {self.upstream.address} not reached yet")
-        lo, hi = info.api_versions.get(key, (0, -1))
+    def _name(self, key: int) -> str:
+        return self.upstream.registry.name(key)
+
+    def version(self, key: int, ours: tuple[int, int]) -> int:
+        """The highest version of ``key`` both the broker and ``ours`` speak."""
+        upstream = self.upstream
+        ranges = self.ranges if self.learn_versions else (
+            upstream.info.api_versions if upstream.info is not None else None)
+        if ranges is None:
+            raise UpstreamError(f"broker {upstream.address} not reached yet")
+        lo, hi = ranges.get(key, (0, -1))
         version = min(hi, ours[1])
         if version < max(lo, ours[0]):
-            raise UpstreamError(f"broker {self.upstream.address} shares no {self.upstream.registry.name(key)} "
-                                f"version with the sidecar's share-group reader ({ours[0]}-{ours[1]})")
+            raise UpstreamError(f"broker {upstream.address} shares no {self._name(key)} version with the "
+                                f"sidecar's share-group reader ({ours[0]}-{ours[1]})")
         return version
 
-    async def _exchange(self, key: int, version: int, body: dict[str, Any], timeout: float) -> Any:
-        stream = self._idle.pop() if self._idle else None
-        if stream is None:
-            stream = await self.upstream.connect()
-            try:
-                with trio.fail_after(self.upstream.connect_timeout):
-                    if self.upstream.login is not None:
-                        await self.upstream._api_versions(stream)
-                        await self.upstream._log_in(stream, self.upstream.login)
-            except BaseException:
-                await trio.aclose_forcefully(stream)
-                raise
+    async def _open(self) -> trio.abc.Stream:
+        upstream = self.upstream
+        stream = await upstream.connect()
         try:
+            with trio.fail_after(upstream.connect_timeout):
+                if self.learn_versions or upstream.login is not None:
+                    versions = await upstream._api_versions(stream)
+                    if self.learn_versions:
+                        self.ranges = {k.ApiKey: (k.MinVersion, k.MaxVersion) for k in versions.ApiKeys}
+                if upstream.login is not None:
+                    await upstream._log_in(stream, upstream.login)
+        except BaseException as exc:
+            await trio.aclose_forcefully(stream)
+            if isinstance(exc, trio.TooSlowError):
+                raise UpstreamError(f"broker {upstream.address} did not answer ApiVersions or the login "
+                                    "in time") from None
+            if isinstance(exc, ProtocolError | trio.BrokenResourceError | OSError):
+                raise UpstreamError(f"broker {upstream.address} ApiVersions or login failed: {exc}") from None
+            raise
+        return stream
+
+    async def exchange(self, key: int, ours: tuple[int, int], body: dict[str, Any], timeout: float) -> Any:
+        """One request on an idle or a new connection, answered within ``timeout`` seconds."""
+        # The control connection's versions are known before connecting; another broker's
+        # once a connection asked it.
+        known = None if self.learn_versions else self.version(key, ours)
+        stream = self.idle.pop()[0] if self.idle else await self._open()
+        try:
+            version = self.version(key, ours) if known is None else known
             with trio.fail_after(timeout):
                 answer = await self.upstream.call(stream, key, version, body)
         except BaseException as exc:
             await trio.aclose_forcefully(stream)
             if isinstance(exc, trio.TooSlowError):
-                raise UpstreamError(f"broker {self.upstream.address} did not answer "
-                                    f"{self.upstream.registry.name(key)} in time") from None
+                raise UpstreamError(f"broker {self.upstream.address} did not answer {self._name(key)} "
+                                    "in time") from None
             if isinstance(exc, ProtocolError | trio.BrokenResourceError | OSError):
-                raise UpstreamError(f"broker {self.upstream.address} {self.upstream.registry.name(key)} "
-                                    f"failed: {exc}") from None
+                raise UpstreamError(f"broker {self.upstream.address} {self._name(key)} failed: {exc}") from None
             raise
-        if len(self._idle) < IDLE_CONNECTIONS:
-            self._idle.append(stream)
+        if len(self.idle) < self.keep:
+            self.idle.append((stream, trio.current_time()))
         else:
             await trio.aclose_forcefully(stream)
         return answer
 
+    async def close_idle(self, unused_for: float = 0.0) -> None:
+        """Close the idle connections unused for ``unused_for`` seconds or more."""
+        cutoff = trio.current_time() - unused_for
+        closing = [stream for stream, since in self.idle if since <= cutoff]
+        self.idle = [(stream, since) for stream, since in self.idle if since > cutoff]
+        for stream in closing:
+            await trio.aclose_forcefully(stream)
+
+
+class BrokerReader:
+    """Fetch, ListOffsets and Metadata on connections of the sidecar's own (see the module
+    docstring)."""
+
+    def __init__(self, upstream: Upstream, *, partition_max_bytes: int = 1024 * 1024,
+                 peer_idle: float = PEER_IDLE_SECONDS) -> None:
+        self.upstream = upstream
+        self.partition_max_bytes = partition_max_bytes
+        #: How long a connection to another broker is kept unused (seconds).
+        self.peer_idle = peer_idle
+        self._own = _Pool(upstream, IDLE_CONNECTIONS, learn_versions=False)
+        #: Other brokers of the cluster, by ``(host, port)``.
+        self._peers: dict[tuple[str, int], _Pool] = {}
+
     async def fetch(self, positions: Sequence[FetchPosition], *, max_wait_ms: int, max_bytes: int,
                     read_committed: bool) -> dict[tuple[str, int], FetchedPartition]:
         """The records at ``positions``, waiting up to ``max_wait_ms`` at the broker for one byte."""
-        version = self._version(FETCH, FETCH_VERSIONS)
         topics: dict[str, list[dict[str, Any]]] = {}
         for p in positions:
             topics.setdefault(p.topic, []).append({
@@ -120,7 +206,8 @@ class BrokerReader:
                 "IsolationLevel": 1 if read_committed else 0, "SessionId": 0, "SessionEpoch": -1,
                 "Topics": [{"Topic": name, "Partitions": parts} for name, parts in topics.items()],
                 "ForgottenTopicsData": [], "RackId": ""}
-        answer = await self._exchange(FETCH, version, body, max_wait_ms / 1000 + self.upstream.connect_timeout)
+        answer = await self._own.exchange(FETCH, FETCH_VERSIONS, body,
+                                          max_wait_ms / 1000 + self.upstream.connect_timeout)
         if answer.get("ErrorCode", 0):
             raise UpstreamError(f"broker {self.upstream.address} refused the fetch (error {answer.ErrorCode})")
         out: dict[tuple[str, int], FetchedPartition] = {}
@@ -136,20 +223,66 @@ class BrokerReader:
 
     async def list_offsets(self, wanted: Mapping[tuple[str, int], int], *,
                            read_committed: bool) -> dict[tuple[str, int], tuple[int, int]]:
-        """``{(topic, partition): (error code, offset)}`` for each ``{(topic, partition): timestamp}``."""
-        version = self._version(LIST_OFFSETS, LIST_OFFSETS_VERSIONS)
+        """``{(topic, partition): (error code, offset)}`` for each ``{(topic, partition): timestamp}``,
+        as the sidecar's own broker answers."""
+        return await self._list_offsets(self._own, wanted, read_committed=read_committed)
+
+    async def list_offsets_at(self, broker: BrokerAddress, wanted: Mapping[tuple[str, int], int], *,
+                              read_committed: bool) -> dict[tuple[str, int], tuple[int, int]]:
+        """:meth:`list_offsets` as another broker of the cluster answers (``broker``: its
+        address in the Metadata of :meth:`leaders`)."""
+        key = (broker.host, broker.port)
+        pool = self._peers.get(key)
+        if pool is None:
+            pool = self._peers[key] = _Pool(self.upstream.sibling(HostPort(broker.host, broker.port)),
+                                            PEER_IDLE_CONNECTIONS, learn_versions=True)
+        return await self._list_offsets(pool, wanted, read_committed=read_committed)
+
+    async def _list_offsets(self, pool: _Pool, wanted: Mapping[tuple[str, int], int], *,
+                            read_committed: bool) -> dict[tuple[str, int], tuple[int, int]]:
         topics: dict[str, list[dict[str, Any]]] = {}
         for (name, partition), timestamp in wanted.items():
             topics.setdefault(name, []).append({"PartitionIndex": partition, "CurrentLeaderEpoch": -1,
                                                 "Timestamp": timestamp})
         body = {"ReplicaId": -1, "IsolationLevel": 1 if read_committed else 0,
                 "Topics": [{"Name": name, "Partitions": parts} for name, parts in topics.items()]}
-        answer = await self._exchange(LIST_OFFSETS, version, body, self.upstream.connect_timeout)
+        answer = await pool.exchange(LIST_OFFSETS, LIST_OFFSETS_VERSIONS, body, self.upstream.connect_timeout)
         return {(topic.Name, part.PartitionIndex): (part.ErrorCode, part.Offset)
                 for topic in answer.Topics for part in topic.Partitions}
 
+    async def leaders(self, topics: Iterable[str]) -> PartitionLeaders:
+        """The leaders of ``topics``' partitions and the brokers' addresses: a Metadata
+        request to the sidecar's own broker (topics it does not know are left out)."""
+        ours = self.upstream.registry.api(METADATA).versions
+        names = sorted(set(topics))
+        answer = await self._own.exchange(
+            METADATA, (ours.lo, ours.hi if ours.hi is not None else 0x7FFF),
+            {"Topics": [{"Name": name} for name in names], "AllowAutoTopicCreation": False},
+            self.upstream.connect_timeout)
+        brokers = {b.NodeId: BrokerAddress(b.NodeId, b.Host, b.Port, b.get("Rack")) for b in answer.Brokers}
+        leaders = {(topic.Name, part.PartitionIndex): part.LeaderId
+                   for topic in answer.Topics if not topic.ErrorCode and topic.Name in names
+                   for part in topic.Partitions}
+        address = self.upstream.address
+        info = self.upstream.info
+        own = next((b.node_id for b in brokers.values() if (b.host, b.port) == (address.host, address.port)),
+                   info.node_id if info is not None else None)
+        return PartitionLeaders(leaders=leaders, brokers=brokers, own=own)
+
+    async def close_idle_forever(self) -> None:
+        """Close each connection to another broker once unused for :attr:`peer_idle`
+        seconds (looking every half of it), until cancelled."""
+        while True:
+            await trio.sleep(self.peer_idle / 2)
+            for pool in self._peers.values():
+                await pool.close_idle(self.peer_idle)
+
+    def statistics(self) -> ReaderStatistics:
+        """How many connections are idle, to the sidecar's broker and to each other one."""
+        return ReaderStatistics(idle=len(self._own.idle), peers_idle={
+            f"{host}:{port}": len(pool.idle) for (host, port), pool in self._peers.items()})
+
     async def aclose(self) -> None:
-        """Close the idle connections."""
-        idle, self._idle = self._idle, []
-        for stream in idle:
-            await trio.aclose_forcefully(stream)
+        """Close the idle connections, to every broker."""
+        for pool in (self._own, *self._peers.values()):
+            await pool.close_idle()

@@ -17,6 +17,13 @@ acquired offsets go to it byte for byte, beside their ``AcquiredRecords``. When 
 partition can acquire (every record in flight is held by others), the fetch waits, up to
 ``MaxWaitMs``, for records to be let go.
 
+Lag (DescribeShareGroupOffsets v1): the group's coordinating sidecar answers for every
+partition, whichever broker leads it. :mod:`coordinator.share_lag` groups the partitions by
+leader (from the broker's Metadata, :meth:`~proxy.control.share_reader.BrokerReader.leaders`)
+and computes each lag; this module asks every leader at once, each once for all its
+partitions, the sidecar's own broker on the reader's connections and the others directly.
+A leader that cannot be asked leaves its partitions' lag unknown (-1), with one warning.
+
 Durability: group records and share-partition states are written to ZooKeeper
 (:mod:`coordinator.share_store`) by one writer task that puts everything queued in one
 transaction. An acknowledgement is answered only once a state written after it is
@@ -56,6 +63,7 @@ from coordinator.share_group import (
     ShareStep,
 )
 from coordinator.share_group_record import encode_group
+from coordinator.share_lag import UNKNOWN_LAG, TopicPartition, latest_offsets, plan_lag, share_lag
 from coordinator.share_partition import SharePartition
 from coordinator.share_records import (
     AcknowledgementBatch,
@@ -91,6 +99,8 @@ from proxy.control.zk import ZooKeeper
 from proxy.datapath.errors import UpstreamError
 
 log = logging.getLogger(__name__)
+#: The error message of a group request where the fleet's placement gives the group another sidecar.
+NOT_HERE = "This sidecar does not coordinate the group."
 
 #: A share-partition: ``(group id, topic id, partition index)``.
 PartitionKey = tuple[str, UUID, int]
@@ -207,13 +217,15 @@ class ShareService:
     # -- the tasks ---------------------------------------------------------------------------
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The writer, the timers and the topic refresh, until cancelled."""
+        """The writer, the timers, the topic refresh and the closing of the reader's idle
+        connections to other brokers, until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._writer)
             nursery.start_soon(self._timers)
             nursery.start_soon(self._refresh_topics)
             nursery.start_soon(self._watch_feature)
+            nursery.start_soon(self.reader.close_idle_forever)
             task_status.started()
 
     async def _writer(self) -> None:
@@ -352,16 +364,22 @@ class ShareService:
                 self._wake_timers()
             self._loaded_groups.add(group_id)
 
+    def _elsewhere(self, group_id: str) -> bool:
+        """True when the fleet's placement gives ``group_id`` to another sidecar: then what
+        this one may hold of it is forgotten (read again from ZooKeeper should the group
+        come back), and the group's requests are NOT_COORDINATOR here, as at a Kafka broker
+        that is not the group's coordinator (the client asks FindCoordinator again)."""
+        if not group_id or self.coordinates(group_id):
+            return False
+        self.core.unload(group_id)
+        self._loaded_groups.discard(group_id)
+        return True
+
     async def heartbeat(self, req: ShareGroupHeartbeatRequest, client: Client) -> ShareGroupHeartbeatResponse:
-        """ShareGroupHeartbeat: the answer once what it changed is durable. A group the
-        fleet's placement gives another sidecar is NOT_COORDINATOR here (the member asks
-        FindCoordinator again), and forgotten, so that it is read again from ZooKeeper if it
-        comes back."""
-        if req.group_id and not self.coordinates(req.group_id):
-            self.core.unload(req.group_id)
-            self._loaded_groups.discard(req.group_id)
-            return ShareGroupHeartbeatResponse(error=ErrorCode.NOT_COORDINATOR,
-                                               error_message="This sidecar does not coordinate the group.")
+        """ShareGroupHeartbeat: the answer once what it changed is durable; NOT_COORDINATOR
+        where the fleet's placement gives the group another sidecar (:meth:`_elsewhere`)."""
+        if self._elsewhere(req.group_id):
+            return ShareGroupHeartbeatResponse(error=ErrorCode.NOT_COORDINATOR, error_message=NOT_HERE)
         if req.group_id and req.member_id:  # else the core refuses it: no I/O first
             await self._ensure_group(req.group_id)
             await self._learn_names(set(req.subscribed_topic_names or ()))
@@ -382,7 +400,7 @@ class ShareService:
         described = iter(self.core.describe([g for g in group_ids if g and self.coordinates(g)]))
         invalid = self.core.describe([g for g in group_ids if not g])  # first, as Kafka orders them
         return invalid + tuple(next(described) if self.coordinates(g) else DescribedShareGroup(
-            group_id=g, error=ErrorCode.NOT_COORDINATOR, error_message="This sidecar does not coordinate the group.")
+            group_id=g, error=ErrorCode.NOT_COORDINATOR, error_message=NOT_HERE)
             for g in group_ids if g)
 
     async def load_groups(self, group_ids: Iterable[str]) -> None:
@@ -769,10 +787,16 @@ class ShareService:
         return await self.zk.call(self.store.load_partition, group_id, topic, index)
 
     async def describe_offsets(self, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
-        """DescribeShareGroupOffsets: each share-partition's start offset and lag (v1)."""
+        """DescribeShareGroupOffsets: each share-partition's start offset and (v1) lag, the
+        latest offsets asked of the partitions' leaders, one ListOffsets per leader."""
         groups = []
+        lagging: list[tuple[dict[str, Any], TopicPartition, ShareState]] = []
         for wanted in body["Groups"]:
             group_id = wanted["GroupId"]
+            if self._elsewhere(group_id):
+                groups.append({"GroupId": group_id, "Topics": [], "ErrorCode": ErrorCode.NOT_COORDINATOR,
+                               "ErrorMessage": NOT_HERE})
+                continue
             await self._ensure_group(group_id)
             group = self.core.groups.get(group_id)
             if group is None:
@@ -794,7 +818,7 @@ class ShareService:
                 partitions = []
                 for index in topic["Partitions"]:
                     entry: dict[str, Any] = {"PartitionIndex": index, "StartOffset": -1, "LeaderEpoch": -1,
-                                             "Lag": -1, "ErrorCode": 0, "ErrorMessage": None}
+                                             "Lag": UNKNOWN_LAG, "ErrorCode": 0, "ErrorMessage": None}
                     if info is None or not 0 <= index < info.partitions:
                         entry["ErrorCode"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                         entry["ErrorMessage"] = "This server does not host this topic-partition."
@@ -802,13 +826,53 @@ class ShareService:
                         state = await self._state_of(group_id, info.topic_id, index)
                         if state is not None and state.start_offset >= 0:
                             entry["StartOffset"] = state.start_offset
-                            entry["Lag"] = await self._lag(info.name, index, state)
+                            lagging.append((entry, (info.name, index), state))
                     partitions.append(entry)
                 topics.append({"TopicName": topic["TopicName"],
                                "TopicId": info.topic_id if info is not None else UUID(int=0),
                                "Partitions": partitions})
             groups.append({"GroupId": group_id, "Topics": topics, "ErrorCode": 0, "ErrorMessage": None})
+        if version >= 1 and lagging:  # (v0 has no Lag)
+            latest = await self._latest_offsets([tp for _, tp, _ in lagging])
+            for entry, tp, state in lagging:
+                entry["Lag"] = share_lag(state, latest.get(tp))
         return {"ThrottleTimeMs": 0, "Groups": groups}
+
+    async def _latest_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The latest offset of each of ``partitions`` its leader answered: the sidecar's own
+        broker on the reader's connections, every other leader directly, all at once and
+        each once for all its partitions. A leader that cannot be asked leaves its
+        partitions out (their lag is unknown), with one warning naming it."""
+        try:
+            found = await self.reader.leaders({topic for topic, _ in partitions})
+        except UpstreamError as exc:
+            log.warning("share groups: the partitions' leaders could not be read (%s); their lag is unknown (-1)",
+                        exc)
+            return {}
+        plan = plan_lag(partitions, found.leaders, found.brokers.keys())
+        for leader, parts in plan.unaddressed.items():
+            log.warning("share groups: broker %d leads %s but the broker's Metadata gives no address for it "
+                        "(down?); their lag is unknown (-1)", leader, _partitions_text(parts))
+        if plan.leaderless:
+            log.warning("share groups: no leader for %s; their lag is unknown (-1)", _partitions_text(plan.leaderless))
+        answers: dict[TopicPartition, tuple[int, int]] = {}
+
+        async def ask(leader: int, parts: tuple[TopicPartition, ...]) -> None:
+            wanted = dict.fromkeys(parts, LATEST_TIMESTAMP)
+            try:
+                if leader == found.own:
+                    answers.update(await self.reader.list_offsets(wanted, read_committed=False))
+                else:
+                    answers.update(await self.reader.list_offsets_at(found.brokers[leader], wanted,
+                                                                     read_committed=False))
+            except UpstreamError as exc:
+                log.warning("share groups: broker %d could not be asked for the latest offsets of %s (%s); "
+                            "their lag is unknown (-1)", leader, _partitions_text(parts), exc)
+
+        async with trio.open_nursery() as nursery:
+            for leader, parts in plan.by_leader.items():
+                nursery.start_soon(ask, leader, parts)
+        return latest_offsets(answers)
 
     async def _learn_names(self, names: set[str]) -> None:
         if names - set(self.core.topics.by_name):
@@ -817,23 +881,12 @@ class ShareService:
             except UpstreamError as exc:
                 log.warning("share groups: topics %s could not be read (%s)", sorted(names), exc)
 
-    async def _lag(self, topic: str, index: int, state: ShareState) -> int:
-        """Records from the start offset to the log's end not yet acknowledged or archived
-        (Kafka's ``deliveryCompleteCount`` taken off), or -1 when the end is not known."""
-        try:
-            found = await self.reader.list_offsets({(topic, index): LATEST_TIMESTAMP}, read_committed=False)
-        except UpstreamError:
-            return -1
-        code, end = found.get((topic, index), (1, -1))
-        if code or end < 0:
-            return -1
-        done = sum(b.last_offset - b.first_offset + 1 for b in state.batches
-                   if b.delivery_state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
-        return max(0, end - state.start_offset - done)
-
     async def _refused_unless_empty(self, group_id: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """Alter/DeleteShareGroupOffsets' answer when the group is not an empty share group
         (else ``None``, the topics the request names learned)."""
+        if self._elsewhere(group_id):
+            return {"ThrottleTimeMs": 0, "ErrorCode": ErrorCode.NOT_COORDINATOR, "ErrorMessage": NOT_HERE,
+                    "Responses": []}
         await self._ensure_group(group_id)
         refused = self._refuse_unless_empty(group_id)
         if refused is not None:
@@ -934,6 +987,8 @@ class ShareService:
 
     async def delete_group(self, group_id: str) -> tuple[int, str | None]:
         """DeleteGroups of a share group: only an empty one; its state goes from ZooKeeper."""
+        if self._elsewhere(group_id):
+            return ErrorCode.NOT_COORDINATOR, NOT_HERE
         await self._ensure_group(group_id)
         refused = self._refuse_unless_empty(group_id)
         if refused is not None:
@@ -1020,6 +1075,12 @@ class PeerLink:
         stream, self._stream = self._stream, None
         if stream is not None:
             await trio.aclose_forcefully(stream)
+
+
+def _partitions_text(parts: Sequence[TopicPartition]) -> str:
+    """``t-0, t-1`` (the partitions a warning names), at most ten of them."""
+    text = ", ".join(f"{topic}-{index}" for topic, index in parts[:10])
+    return text if len(parts) <= 10 else f"{text} and {len(parts) - 10} more"
 
 
 def _fetch_error(code: int, message: str | None, lock_ms: int) -> dict[str, Any]:

@@ -102,6 +102,14 @@ class Upstream:
         self._recheck = trio.Event()
         self._correlation = 0
 
+    def sibling(self, address: HostPort) -> Upstream:
+        """An :class:`Upstream` for another broker of the same cluster, at ``address`` (as
+        the broker's Metadata names it on the sidecar's listener): this one's TLS context
+        (the certificate checked against ``address``'s host), login, timeout, registry and
+        leniency. It learns nothing by itself; :meth:`connect` is what it is for."""
+        return Upstream(address, ssl_context=self.ssl_context, connect_timeout=self.connect_timeout,
+                        registry=self.registry, login=self.login, leniency=self.leniency)
+
     async def connect(self) -> trio.abc.Stream:
         """A new connection to the broker (TLS if configured); raises :class:`UpstreamError`."""
         try:

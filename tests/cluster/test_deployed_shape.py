@@ -433,24 +433,10 @@ def test_a_share_group_reads_through_the_leaders_sidecars_and_a_moved_leader_los
     """Share groups (KIP-932) in the deployed shape: each share-partition is served by its
     leader's sidecar (every sidecar answers ShareFetch for its own broker's partition); the
     leader of one partition moves mid-stream, and no record is acknowledged twice or never."""
-    from confluent_kafka.admin import AdminClient as ConfluentAdmin
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-
     from tests.proxy.test_share_groups import Reader, wait_for
 
     assert cluster.mock is not None
-    with AdminClient(cluster.address(3)) as client:  # sidecar 3: the loopback super user
-        answer = client.call(57, 1, {"timeoutMs": 10000, "ValidateOnly": False, "FeatureUpdates": [
-            {"Feature": "share.version", "MaxVersionLevel": 1, "UpgradeType": 1}]})
-    assert answer.ErrorCode == 0, answer
-    topic, group = f"queue-{uuid.uuid4().hex[:6]}", f"share-{uuid.uuid4().hex[:6]}"
-    cluster.mock.create_topic(topic, 3)
-    assert cluster.mock.spread_leaders(topic, 3) == {0: 1, 1: 2, 2: 3}
-    entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
-    admin = ConfluentAdmin({"bootstrap.servers": cluster.bootstrap})
-    for future in admin.incremental_alter_configs(
-            [ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])]).values():
-        future.result(10)
+    topic, group = share_topic_and_group(cluster, "queue", coordinator=3)  # its offsets are asked of sidecar 3
     per_partition = 100
     produced = produce(cluster.bootstrap, topic, {p: per_partition for p in range(3)})
     assert len(produced) == 3 * per_partition
@@ -490,17 +476,116 @@ def test_a_share_group_reads_through_the_leaders_sidecars_and_a_moved_leader_los
     assert all(after[n] > before[n] for n in IDS), (before, after)
     # Every record of every partition is acknowledged, partition 0's second half through its
     # new leader's sidecar from the state the old one left in ZooKeeper: each start offset is
-    # past all 200 (DescribeShareGroupOffsets, answered from ZooKeeper by any sidecar).
-    with AdminClient(cluster.address(3)) as client:
+    # past all 200 (DescribeShareGroupOffsets, answered from ZooKeeper by any sidecar), and
+    # nothing is left to deliver: lag 0, the latest offsets asked of each leader (brokers 2
+    # and 3 now), broker 2 directly by sidecar 3.
+    assert share_offsets(cluster, 3, group, topic) == {0: (200, 0), 1: (200, 0), 2: (200, 0)}
+    with AdminClient(cluster.address(1)) as client:  # not the group's coordinator: 16, NOT_COORDINATOR
+        elsewhere = client.call(90, 1, {"Groups": [{"GroupId": group, "Topics": None}]})
+    assert [(g.GroupId, g.ErrorCode) for g in elsewhere.Groups] == [(group, 16)]
+
+
+def share_topic_and_group(cluster: Shape, prefix: str, coordinator: int | None = None) -> tuple[str, str]:
+    """``share.version`` on (through sidecar 3, where the operator is a super user), a new
+    topic of three partitions led by brokers 1, 2 and 3, and a new share group reading it
+    from the earliest offset (coordinated by sidecar ``coordinator`` if given)."""
+    from confluent_kafka.admin import AdminClient as ConfluentAdmin
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    assert cluster.mock is not None
+    if finalized(cluster.address(3)).get("share.version", 0) < 1:  # (an upgrade to the level it has is refused)
+        with AdminClient(cluster.address(3)) as client:
+            answer = client.call(57, 1, {"timeoutMs": 10000, "ValidateOnly": False, "FeatureUpdates": [
+                {"Feature": "share.version", "MaxVersionLevel": 1, "UpgradeType": 1}]})
+        assert answer.ErrorCode == 0, answer
+        wait_until(lambda: all(finalized(cluster.address(n)).get("share.version", 0) == 1 for n in IDS), 5,
+                   "every sidecar serves share groups")
+    topic, group = f"{prefix}-{uuid.uuid4().hex[:6]}", f"share-{uuid.uuid4().hex[:6]}"
+    if coordinator is not None:
+        (group,) = groups_owned_by(coordinator, list(IDS), 1, group)
+    cluster.mock.create_topic(topic, 3)
+    assert cluster.mock.spread_leaders(topic, 3) == {0: 1, 1: 2, 2: 3}
+    entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    admin = ConfluentAdmin({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.incremental_alter_configs(
+            [ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])]).values():
+        future.result(10)
+    return topic, group
+
+
+def share_offsets(cluster: Shape, node: int, group: str, topic: str, *,
+                  absent: bool = False) -> dict[int, tuple[int, int]]:
+    """``{partition: (start offset, lag)}`` of the group's share-partitions of ``topic``
+    (0-2), DescribeShareGroupOffsets v1 through sidecar ``node``, the group's coordinator
+    (another answers NOT_COORDINATOR, as a Kafka broker does); no error anywhere (but
+    GROUP_ID_NOT_FOUND, nothing, when ``absent`` allows it)."""
+    with AdminClient(cluster.address(node)) as client:
         offsets = client.call(90, 1, {"Groups": [{"GroupId": group, "Topics": [
             {"TopicName": topic, "Partitions": [0, 1, 2]}]}]})
     (described,) = offsets.Groups
+    if absent and described.ErrorCode == 69:  # GROUP_ID_NOT_FOUND: no member has come yet
+        return {}
     assert described.ErrorCode == 0, described
-    found = {p.PartitionIndex: (p.StartOffset, p.Lag) for t in described.Topics for p in t.Partitions}
-    assert {p: start for p, (start, _) in found.items()} == {0: 200, 1: 200, 2: 200}
-    # The lag needs the log's end, which a sidecar reads from its own broker: known (0) where
-    # broker 3 leads, -1 (unknown, as Kafka reports it) elsewhere.
-    assert found[2][1] == 0 and found[0][1] == found[1][1] == -1, found
+    assert all(p.ErrorCode == 0 for t in described.Topics for p in t.Partitions), described
+    return {p.PartitionIndex: (p.StartOffset, p.Lag) for t in described.Topics for p in t.Partitions}
+
+
+def test_share_lag_through_one_sidecar_is_asked_of_every_partitions_leader(cluster: Shape) -> None:
+    """DescribeShareGroupOffsets v1 through sidecar 1, the coordinator of a share group on a
+    topic whose partitions brokers 1, 2 and 3 lead: sidecar 1 asks its own broker and brokers
+    2 and 3 directly for the latest offsets. Before anything is consumed the lag is each
+    partition's record count; once everything is acknowledged, 0; with broker 2 down, -1 for
+    its partition only, the others still known, and one warning naming broker 2."""
+    from tests.proxy.test_share_groups import Reader, wait_for
+
+    assert cluster.mock is not None
+    topic, group = share_topic_and_group(cluster, "lag", coordinator=1)
+    # A member fetches from each leader's sidecar while the log is empty: each share-partition
+    # is placed at offset 0 (earliest), and nothing is acquired; then it leaves the group.
+    placing = Reader(cluster.bootstrap, group, topic, explicit=True)
+    placing.start()
+    try:
+        assert wait_for(lambda: {p: s for p, (s, _) in share_offsets(
+            cluster, 1, group, topic, absent=True).items()} == {0: 0, 1: 0, 2: 0}, 60), share_offsets(
+            cluster, 1, group, topic, absent=True)
+    finally:
+        placing.stop.set()
+        placing.join(30)
+    assert placing.error is None and placing.seen == [], (placing.error, placing.seen)
+    assert share_offsets(cluster, 1, group, topic) == {0: (0, 0), 1: (0, 0), 2: (0, 0)}  # an empty log
+
+    counts = {0: 3, 1: 5, 2: 7}
+    assert sorted(produce(cluster.bootstrap, topic, counts)) == [
+        (p, i) for p, n in sorted(counts.items()) for i in range(n)]
+    # Nothing consumed yet: every record is lag, 3, 5 and 7 (offsets 0..n-1 of each).
+    assert share_offsets(cluster, 1, group, topic) == {0: (0, 3), 1: (0, 5), 2: (0, 7)}
+
+    reader = Reader(cluster.bootstrap, group, topic, explicit=True)
+    produced = {f"{p}-{i}" for p, n in counts.items() for i in range(n)}
+    reader.start()
+    try:
+        assert wait_for(lambda: set(map(str, reader.accepted)) >= produced, 60), sorted(map(str, reader.accepted))
+    finally:
+        reader.stop.set()
+        reader.join(30)
+    assert reader.error is None, reader.error
+    assert sorted(map(str, reader.accepted)) == sorted(produced)  # each once
+    # Everything acknowledged: the start offsets are past the records, and no lag is left.
+    assert share_offsets(cluster, 1, group, topic) == {0: (3, 0), 1: (5, 0), 2: (7, 0)}
+
+    # Broker 2 down: the others' Metadata no longer names it, though it still leads
+    # partition 1 (the mock elects no other leader). Its lag is unknown, the rest answered.
+    sidecar = cluster.sidecars[1]
+    mark = len(sidecar.log_path.read_bytes())
+    cluster.mock.broker_down(2)
+    try:
+        assert share_offsets(cluster, 1, group, topic) == {0: (3, 0), 1: (5, -1), 2: (7, 0)}
+    finally:
+        cluster.mock.broker_up(2)
+    warned = [line for line in sidecar.log_path.read_bytes()[mark:].decode(errors="replace").splitlines()
+              if " WARNING " in line and "broker 2 " in line]
+    assert len(warned) == 1 and f"{topic}-1" in warned[0], warned
+    wait_until(lambda: ready(cluster.sidecars[2]), 5, "sidecar 2's /readyz recovers once its broker is back")
 
 
 def test_fleet_wide_state_set_through_one_sidecar_holds_at_the_others(cluster: Shape) -> None:

@@ -1,17 +1,19 @@
 """The share-group shell (proxy/control/shares.py) with plain objects for ZooKeeper and the
 broker, on trio's virtual clock: which fetched batches are aborted transactions
 (read_committed), a heartbeat for a group the fleet gives another sidecar, a lock expiring
-and a session timing out in milliseconds of real time. Expected values are worked out by
-hand."""
+and a session timing out in milliseconds of real time, DescribeShareGroupOffsets' lag asked
+of each partition's leader once per leader. Expected values are worked out by hand."""
 
 from __future__ import annotations
 
+import logging
 import struct
 import uuid
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
@@ -19,14 +21,16 @@ from prometheus_client import CollectorRegistry
 from coordinator.messages.common import Client
 from coordinator.paths import unescape
 from coordinator.share_group import ShareGroupHeartbeatRequest, ShareGroupSettings
-from coordinator.share_group_record import decode_group
+from coordinator.share_group_record import InitTopic, ShareGroupRecord, decode_group, encode_group
 from coordinator.share_records import ShareSettings
 from coordinator.share_state import RecordState, ShareState, StateBatch, decode_state, encode_state
 from coordinator.share_store import share_partition_path, share_registry_path
 from coordinator.topics import TopicInfo
 from protocol.errors import ErrorCode
-from proxy.control.share_reader import FetchedPartition
+from proxy.control.share_reader import FetchedPartition, PartitionLeaders
 from proxy.control.shares import ShareService, _aborted_ranges
+from proxy.datapath.errors import UpstreamError
+from proxy.local.ports import BrokerAddress
 from tests.bench.kafka import record_batch
 
 
@@ -142,6 +146,9 @@ class FakeReader:
 
     async def list_offsets(self, wanted: Any, *, read_committed: bool) -> Any:
         return {key: (0, 0 if timestamp == -2 else LOG) for key, timestamp in wanted.items()}
+
+    async def close_idle_forever(self) -> None:
+        await trio.sleep_forever()
 
 
 class FakeTopics:
@@ -313,3 +320,155 @@ async def test_describe_of_a_group_coordinated_elsewhere_is_not_coordinator_and_
         ("", ErrorCode.INVALID_GROUP_ID), ("elsewhere", ErrorCode.NOT_COORDINATOR),
         ("unknown", ErrorCode.GROUP_ID_NOT_FOUND)]
     assert "elsewhere" not in shares.core.groups
+
+
+async def test_offsets_and_deletion_of_a_group_coordinated_elsewhere_are_not_coordinator_and_touch_nothing(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Kafka sends these to the group's coordinator; a copy loaded on another sidecar would
+    go stale (a group created later would stay "not found" there). No I/O: the fake
+    ZooKeeper here has no client, so reading the group would fail the test."""
+    shares = service(coordinates=lambda group_id: group_id != "elsewhere")
+    described = await shares.describe_offsets(1, {"Groups": [{"GroupId": "elsewhere", "Topics": None}]})
+    assert [(g["GroupId"], g["ErrorCode"], g["Topics"]) for g in described["Groups"]] == [
+        ("elsewhere", ErrorCode.NOT_COORDINATOR, [])]
+    topics = [{"TopicName": "t", "Partitions": [{"PartitionIndex": 0, "StartOffset": 5}]}]
+    altered = await shares.alter_offsets(0, {"GroupId": "elsewhere", "Topics": topics})
+    assert altered["ErrorCode"] == ErrorCode.NOT_COORDINATOR and altered["Responses"] == []
+    deleted = await shares.delete_offsets(0, {"GroupId": "elsewhere", "Topics": [{"TopicName": "t"}]})
+    assert deleted["ErrorCode"] == ErrorCode.NOT_COORDINATOR and deleted["Responses"] == []
+    assert await shares.delete_group("elsewhere") == (ErrorCode.NOT_COORDINATOR,
+                                                       "This sidecar does not coordinate the group.")
+    assert "elsewhere" not in shares.core.groups
+
+
+# -- DescribeShareGroupOffsets' lag: each leader asked once, a leader out of reach is -1 ----------
+
+T, U = uuid.UUID(int=7), uuid.UUID(int=8)
+
+
+class LeaderTopics:
+    async def topics(self, names: set[str] | None) -> list[TopicInfo]:
+        return [TopicInfo(name="t", topic_id=T, partitions=6), TopicInfo(name="u", topic_id=U, partitions=1)]
+
+
+class LeaderReader:
+    """The cluster as the sidecar of broker 1 sees it: t-0 led by broker 1 (its own), t-1
+    and u-0 by broker 2, t-2 by broker 3 (which cannot be reached), t-3 by broker 4 (the
+    Metadata gives no address for it: down), t-4 by none. Every call is noted."""
+
+    def __init__(self, *, metadata_fails: bool = False) -> None:
+        self.metadata_fails = metadata_fails
+        self.calls: list[tuple[str, Any]] = []
+
+    async def leaders(self, topics: set[str]) -> PartitionLeaders:
+        self.calls.append(("leaders", sorted(topics)))
+        if self.metadata_fails:
+            raise UpstreamError("broker 10.0.0.1:9092 did not answer Metadata in time")
+        return PartitionLeaders(
+            leaders={("t", 0): 1, ("t", 1): 2, ("t", 2): 3, ("t", 3): 4, ("t", 4): -1, ("t", 5): 1, ("u", 0): 2},
+            brokers={n: BrokerAddress(n, f"10.0.0.{n}", 9092) for n in (1, 2, 3)}, own=1)
+
+    async def list_offsets(self, wanted: dict[tuple[str, int], int], *, read_committed: bool) -> Any:
+        self.calls.append(("own", dict(wanted)))
+        return {("t", 0): (0, 40)}
+
+    async def list_offsets_at(self, broker: BrokerAddress, wanted: dict[tuple[str, int], int], *,
+                              read_committed: bool) -> Any:
+        self.calls.append((f"{broker.host}:{broker.port}", dict(wanted)))
+        if broker.node_id == 3:
+            raise UpstreamError("broker 10.0.0.3:9092 unreachable: [Errno 111] Connection refused")
+        return {("t", 1): (0, 75), ("u", 0): (0, 12)}
+
+
+def lag_service(reader: LeaderReader) -> tuple[ShareService, MemoryStore]:
+    store = MemoryStore()
+    store.nodes[share_registry_path("g")] = encode_group(ShareGroupRecord(
+        group_epoch=1, assignment_epoch=1, assignment_timestamp=0, subscribed_topics=(), members=(),
+        initialized=(InitTopic(topic_id=T, name="t", partitions=frozenset(range(6)), timestamp=0),
+                     InitTopic(topic_id=U, name="u", partitions=frozenset({0}), timestamp=0))))
+    states = {
+        # 10-14 released, 15-19 accepted, 20 rejected: of 10..39, 30 records, 6 done with.
+        (T, 0): ShareState(state_epoch=0, start_offset=10, batches=(
+            StateBatch(10, 14, RecordState.AVAILABLE, 1), StateBatch(15, 19, RecordState.ACKNOWLEDGED, 1),
+            StateBatch(20, 20, RecordState.ARCHIVED, 1))),
+        (T, 1): ShareState(state_epoch=0, start_offset=70),
+        (T, 2): ShareState(state_epoch=0, start_offset=5),
+        (T, 3): ShareState(state_epoch=0, start_offset=7),
+        (T, 4): ShareState(state_epoch=0, start_offset=9),
+        (T, 5): ShareState(state_epoch=0, start_offset=-1),  # initialized, not placed yet
+        # 0 released twice, 1-11 accepted: of 0..11, 1 still to deliver.
+        (U, 0): ShareState(state_epoch=2, start_offset=0, batches=(
+            StateBatch(0, 0, RecordState.AVAILABLE, 2), StateBatch(1, 11, RecordState.ACKNOWLEDGED, 1))),
+    }
+    for (topic, index), state in states.items():
+        store.nodes[share_partition_path("g", topic, index)] = encode_state(state)
+    shares = ShareService(FakeZooKeeper(), reader, LeaderTopics(), CollectorRegistry(),  # type: ignore[arg-type]
+                          store=store)  # type: ignore[arg-type]
+    return shares, store
+
+
+def described(answer: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
+    """``{"t-0": (start offset, lag, error code)}``."""
+    return {f"{t['TopicName']}-{p['PartitionIndex']}": (p["StartOffset"], p["Lag"], p["ErrorCode"])
+            for g in answer["Groups"] for t in g["Topics"] for p in t["Partitions"]}
+
+
+DESCRIBE = {"Groups": [{"GroupId": "g", "Topics": [{"TopicName": "t", "Partitions": [0, 1, 2, 3, 4, 5, 6]},
+                                                   {"TopicName": "u", "Partitions": [0]}]}]}
+
+
+async def test_each_leader_is_asked_once_and_a_leader_out_of_reach_leaves_its_lag_unknown(
+        caplog: pytest.LogCaptureFixture) -> None:
+    reader = LeaderReader()
+    shares, _ = lag_service(reader)
+    with caplog.at_level(logging.WARNING, logger="proxy.control.shares"):
+        answer = await shares.describe_offsets(1, DESCRIBE)
+    assert described(answer) == {
+        "t-0": (10, 40 - 10 - 6, 0),  # the sidecar's own broker: 24
+        "t-1": (70, 75 - 70, 0),      # broker 2, asked directly: 5
+        "t-2": (5, -1, 0),            # broker 3 cannot be reached
+        "t-3": (7, -1, 0),            # broker 4 has no address
+        "t-4": (9, -1, 0),            # no leader
+        "t-5": (-1, -1, 0),           # no start offset yet: nothing asked for it
+        "t-6": (-1, -1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        "u-0": (0, 12 - 0 - 11, 0),   # broker 2, in the same request as t-1: 1
+    }
+    # One Metadata request, then one ListOffsets per leader with every partition it leads.
+    assert reader.calls[0] == ("leaders", ["t", "u"])
+    asked = {who: wanted for who, wanted in reader.calls[1:]}
+    assert len(reader.calls) == 4 and asked == {
+        "own": {("t", 0): -1},
+        "10.0.0.2:9092": {("t", 1): -1, ("u", 0): -1},
+        "10.0.0.3:9092": {("t", 2): -1}}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3, warnings
+    assert [w for w in warnings if "broker 3 " in w] == [
+        "share groups: broker 3 could not be asked for the latest offsets of t-2 (broker 10.0.0.3:9092 "
+        "unreachable: [Errno 111] Connection refused); their lag is unknown (-1)"]
+    assert [w for w in warnings if "broker 4 " in w] == [
+        "share groups: broker 4 leads t-3 but the broker's Metadata gives no address for it (down?); "
+        "their lag is unknown (-1)"]
+    assert [w for w in warnings if "no leader" in w] == ["share groups: no leader for t-4; their lag is unknown (-1)"]
+
+
+async def test_version_0_has_no_lag_and_asks_no_broker() -> None:
+    reader = LeaderReader()
+    shares, _ = lag_service(reader)
+    answer = await shares.describe_offsets(0, DESCRIBE)
+    assert reader.calls == []
+    assert {k: start for k, (start, _, _) in described(answer).items()} == {
+        "t-0": 10, "t-1": 70, "t-2": 5, "t-3": 7, "t-4": 9, "t-5": -1, "t-6": -1, "u-0": 0}
+
+
+async def test_leaders_that_cannot_be_read_leave_every_lag_unknown_and_the_answer_whole(
+        caplog: pytest.LogCaptureFixture) -> None:
+    reader = LeaderReader(metadata_fails=True)
+    shares, _ = lag_service(reader)
+    with caplog.at_level(logging.WARNING, logger="proxy.control.shares"):
+        answer = await shares.describe_offsets(1, DESCRIBE)
+    assert {k: lag for k, (_, lag, _) in described(answer).items()} == dict.fromkeys(
+        ["t-0", "t-1", "t-2", "t-3", "t-4", "t-5", "t-6", "u-0"], -1)
+    assert reader.calls == [("leaders", ["t", "u"])]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "share groups: the partitions' leaders could not be read (broker 10.0.0.1:9092 did not answer Metadata "
+        "in time); their lag is unknown (-1)"]
