@@ -112,6 +112,15 @@ class _Pool:
     def _name(self, key: int) -> str:
         return self.upstream.registry.name(key)
 
+    def _broker_failure(self, exc: BaseException, what: str) -> UpstreamError | None:
+        """``exc``, raised while the broker was asked ``what``, as the caller's
+        :class:`UpstreamError` (``None``: not the broker's failure, raised as it is)."""
+        if isinstance(exc, trio.TooSlowError):
+            return UpstreamError(f"broker {self.upstream.address} did not answer {what} in time")
+        if isinstance(exc, ProtocolError | trio.BrokenResourceError | OSError):
+            return UpstreamError(f"broker {self.upstream.address} {what} failed: {exc}")
+        return None
+
     def version(self, key: int, ours: tuple[int, int]) -> int:
         """The highest version of ``key`` both the broker and ``ours`` speak."""
         upstream = self.upstream
@@ -139,12 +148,10 @@ class _Pool:
                     await upstream._log_in(stream, upstream.login)
         except BaseException as exc:
             await trio.aclose_forcefully(stream)
-            if isinstance(exc, trio.TooSlowError):
-                raise UpstreamError(f"broker {upstream.address} did not answer ApiVersions or the login "
-                                    "in time") from None
-            if isinstance(exc, ProtocolError | trio.BrokenResourceError | OSError):
-                raise UpstreamError(f"broker {upstream.address} ApiVersions or login failed: {exc}") from None
-            raise
+            error = self._broker_failure(exc, "ApiVersions or the login")
+            if error is None:
+                raise
+            raise error from None
         return stream
 
     async def exchange(self, key: int, ours: tuple[int, int], body: dict[str, Any], timeout: float) -> Any:
@@ -159,12 +166,10 @@ class _Pool:
                 answer = await self.upstream.call(stream, key, version, body)
         except BaseException as exc:
             await trio.aclose_forcefully(stream)
-            if isinstance(exc, trio.TooSlowError):
-                raise UpstreamError(f"broker {self.upstream.address} did not answer {self._name(key)} "
-                                    "in time") from None
-            if isinstance(exc, ProtocolError | trio.BrokenResourceError | OSError):
-                raise UpstreamError(f"broker {self.upstream.address} {self._name(key)} failed: {exc}") from None
-            raise
+            error = self._broker_failure(exc, self._name(key))
+            if error is None:
+                raise
+            raise error from None
         if len(self.idle) < self.keep:
             self.idle.append((stream, trio.current_time()))
         else:

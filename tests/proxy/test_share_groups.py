@@ -404,28 +404,35 @@ async def test_a_share_partition_written_by_another_sidecar_is_read_again_not_se
     assert await trio.to_thread.run_sync(fetch, first, "m3") == ([], 0)
 
 
+def share_fetch(bootstrap: str, topic: str, group: str, member: str) -> list[tuple[int, int, int]]:
+    """A raw ShareFetch v1 of partition 0 of ``topic`` on a connection of its own, closed on
+    return: ``(first offset, last offset, delivery count)`` of each range acquired."""
+    from proxy.tools.admin_client import AdminClient
+
+    with AdminClient(bootstrap) as admin:
+        metadata = admin.call(3, 12, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": topic}],
+                                      "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
+        answer = admin.call(78, 1, {
+            "GroupId": group, "MemberId": member, "ShareSessionEpoch": 0, "MaxWaitMs": 200, "MinBytes": 1,
+            "MaxBytes": 1 << 20, "MaxRecords": 100, "BatchSize": 100, "ForgottenTopicsData": [],
+            "Topics": [{"TopicId": metadata.Topics[0].TopicId,
+                        "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": []}]}]})
+    return [(r.FirstOffset, r.LastOffset, r.DeliveryCount) for t in answer.Responses for p in t.Partitions
+            for r in p.AcquiredRecords]
+
+
 async def test_a_closed_connection_ends_its_share_session_and_lets_go_of_its_records(
         start_sidecar: StartSidecar, tansu: TansuServer, zookeeper: ZooKeeperServer, zk_path: str) -> None:
     """As Kafka's share-session cache does on a disconnect: the records a member acquired on
     a connection go back to the group when that connection closes, long before their lock
     (30 s here) would have expired."""
-    from proxy.tools.admin_client import AdminClient
 
     sidecar, bootstrap = await share_sidecar(start_sidecar, tansu, zookeeper, zk_path)
     topic, group = f"closed-{zk_path[-8:]}", f"sg-{zk_path[-8:]}"
     await trio.to_thread.run_sync(lambda: prepare(bootstrap, topic, group, 10, partitions=1))
 
     def fetch(member: str) -> list[tuple[int, int, int]]:
-        with AdminClient(bootstrap) as admin:  # a connection of its own, closed on return
-            metadata = admin.call(3, 12, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": topic}],
-                                          "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
-            answer = admin.call(78, 1, {
-                "GroupId": group, "MemberId": member, "ShareSessionEpoch": 0, "MaxWaitMs": 200, "MinBytes": 1,
-                "MaxBytes": 1 << 20, "MaxRecords": 100, "BatchSize": 100, "ForgottenTopicsData": [],
-                "Topics": [{"TopicId": metadata.Topics[0].TopicId,
-                            "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": []}]}]})
-        return [(r.FirstOffset, r.LastOffset, r.DeliveryCount) for t in answer.Responses for p in t.Partitions
-                for r in p.AcquiredRecords]
+        return share_fetch(bootstrap, topic, group, member)
 
     with trio.fail_after(10):  # far below the 30 s lock
         assert await trio.to_thread.run_sync(fetch, "m1") == [(0, 9, 1)]

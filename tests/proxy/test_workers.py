@@ -289,8 +289,7 @@ def test_a_share_consumer_connection_closed_on_a_worker_lets_go_of_its_records_a
     the records a member acquired on a connection go back when that connection closes, long
     before their 30 s lock. The connection lives on a worker and the share state in the
     owner: the worker tells the owner the connection ended."""
-    from proxy.tools.admin_client import AdminClient
-    from tests.proxy.test_share_groups import _enable, prepare
+    from tests.proxy.test_share_groups import _enable, prepare, share_fetch
 
     suffix = uuid.uuid4().hex[:8]
     topic, group = f"closed-w-{suffix}", f"sg-w-{suffix}"
@@ -298,16 +297,7 @@ def test_a_share_consumer_connection_closed_on_a_worker_lets_go_of_its_records_a
     prepare(sidecar.bootstrap, topic, group, 10, partitions=1)
 
     def fetch(member: str) -> list[tuple[int, int, int]]:
-        with AdminClient(sidecar.bootstrap) as admin:  # a connection of its own, closed on return
-            metadata = admin.call(3, 12, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": topic}],
-                                          "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
-            answer = admin.call(78, 1, {
-                "GroupId": group, "MemberId": member, "ShareSessionEpoch": 0, "MaxWaitMs": 200, "MinBytes": 1,
-                "MaxBytes": 1 << 20, "MaxRecords": 100, "BatchSize": 100, "ForgottenTopicsData": [],
-                "Topics": [{"TopicId": metadata.Topics[0].TopicId,
-                            "Partitions": [{"PartitionIndex": 0, "AcknowledgementBatches": []}]}]})
-        return [(r.FirstOffset, r.LastOffset, r.DeliveryCount) for t in answer.Responses for p in t.Partitions
-                for r in p.AcquiredRecords]
+        return share_fetch(sidecar.bootstrap, topic, group, member)
 
     deadline = time.monotonic() + 10  # far below the 30 s lock
     first: list[tuple[int, int, int]] = []
