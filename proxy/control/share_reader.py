@@ -279,7 +279,7 @@ class BrokerReader:
         seconds (looking every half of it), until cancelled."""
         while True:
             await trio.sleep(self.peer_idle / 2)
-            for pool in self._peers.values():
+            for pool in list(self._peers.values()):  # a broker asked meanwhile adds a pool
                 await pool.close_idle(self.peer_idle)
 
     def statistics(self) -> ReaderStatistics:

@@ -255,21 +255,25 @@ async def test_group_reads_every_record_once(
     seen: Counter[tuple[int, int]] = Counter()
     lock = threading.Lock()
     members = [kind(bootstrap, group, topic, seen, lock, extra) for _ in range(3)]
-    for member in members[:2]:
-        member.start()
-    await wait_for(lambda: len(seen) >= RECORDS // 4, 60)
-    members[2].start()  # a join mid-way: a rebalance
-    await wait_for(lambda: len(seen) >= RECORDS // 2 and bool(members[2].partitions), 60)
-    members[0].stop.set()  # a leave mid-way: another
-    await trio.to_thread.run_sync(members[0].join, 30)
-    # What the leaver had not read yet, the two that stayed read: all of it, once.
-    unread_when_it_left = RECORDS - len(seen)
-    assert unread_when_it_left > 0
-    await wait_for(lambda: len(seen) >= RECORDS, 90)
+    try:
+        for member in members[:2]:
+            member.start()
+        await wait_for(lambda: len(seen) >= RECORDS // 4, 60)
+        members[2].start()  # a join mid-way: a rebalance
+        await wait_for(lambda: len(seen) >= RECORDS // 2 and bool(members[2].partitions), 60)
+        members[0].stop.set()  # a leave mid-way: another
+        await trio.to_thread.run_sync(members[0].join, 30)
+        # What the leaver had not read yet, the two that stayed read: all of it, once.
+        unread_when_it_left = RECORDS - len(seen)
+        assert unread_when_it_left > 0
+        await wait_for(lambda: len(seen) >= RECORDS, 90)
+    finally:  # a failed wait leaves no client behind to knock on a closed sidecar for the rest of the run
+        for member in members:
+            member.stop.set()
+        for member in members:
+            if member.ident is not None:  # started
+                await trio.to_thread.run_sync(member.join, 30)
     for member in members:
-        member.stop.set()
-    for member in members:
-        await trio.to_thread.run_sync(member.join, 30)
         assert member.error is None, member.error
     assert len(seen) == RECORDS
     assert max(seen.values()) == 1, f"{sum(1 for v in seen.values() if v > 1)} record(s) read twice"
