@@ -348,19 +348,7 @@ async def test_a_share_partition_written_by_another_sidecar_is_read_again_not_se
         group, [ConfigOp(name="share.auto.offset.reset", operation=AlterOp.SET, value="earliest")], validate_only=False)
     assert result.error_code == 0, result
 
-    def produce_direct() -> None:
-        from confluent_kafka import Producer
-        from confluent_kafka.admin import AdminClient as ConfluentAdmin
-        from confluent_kafka.admin import NewTopic
-
-        admin = ConfluentAdmin({"bootstrap.servers": tansu.bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
-        producer = Producer({"bootstrap.servers": tansu.bootstrap})
-        for i in range(10):
-            producer.produce(topic, str(i).encode(), partition=0)
-        assert producer.flush(10) == 0
-
-    await trio.to_thread.run_sync(produce_direct)
+    await trio.to_thread.run_sync(ten_records, tansu.bootstrap, topic)
 
     def call(address: str, key: int, version: int, body: dict[str, Any]) -> Any:
         with AdminClient(address) as admin:
@@ -402,6 +390,20 @@ async def test_a_share_partition_written_by_another_sidecar_is_read_again_not_se
         while any(key[0] == group for key in shares.partitions):
             await trio.sleep(0.02)
     assert await trio.to_thread.run_sync(fetch, first, "m3") == ([], 0)
+
+
+def ten_records(bootstrap: str, topic: str) -> None:
+    """A one-partition ``topic`` with the values ``0``-``9``, written to ``bootstrap`` directly."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient as ConfluentAdmin
+    from confluent_kafka.admin import NewTopic
+
+    admin = ConfluentAdmin({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce(topic, str(i).encode(), partition=0)
+    assert producer.flush(10) == 0
 
 
 def share_fetch(bootstrap: str, topic: str, group: str, member: str) -> list[tuple[int, int, int]]:
@@ -477,16 +479,7 @@ async def test_in_a_fleet_sharing_one_broker_a_share_request_is_passed_to_the_gr
     assert result.error_code == 0, result
 
     def produce_direct() -> uuid.UUID:
-        from confluent_kafka import Producer
-        from confluent_kafka.admin import AdminClient as ConfluentAdmin
-        from confluent_kafka.admin import NewTopic
-
-        admin = ConfluentAdmin({"bootstrap.servers": tansu.bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
-        producer = Producer({"bootstrap.servers": tansu.bootstrap})
-        for i in range(10):
-            producer.produce(topic, str(i).encode(), partition=0)
-        assert producer.flush(10) == 0
+        ten_records(tansu.bootstrap, topic)
         with AdminClient(tansu.bootstrap) as client:
             metadata = client.call(3, 12, {"Topics": [{"TopicId": uuid.UUID(int=0), "Name": topic}],
                                            "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False})
